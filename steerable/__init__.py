@@ -1,0 +1,1 @@
+"""steerable: agent conversations that outlive the process running them."""

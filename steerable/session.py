@@ -1,0 +1,97 @@
+"""A session: one conversation of a store, already addressed by its id.
+
+Open one with :func:`open_session` and put it in ``Spec(session=...)``; the loop then saves
+the transcript before every model request and takes the session's steers at every step.
+Anyone holding a session (another process, another machine, before any run exists) can
+:meth:`Session.steer` it.
+
+A session remembers how much of the transcript it has stored, so each save writes only
+what is new. The first save of a session object that has not loaded the transcript checks
+the stored messages against the ones it is given (one read): passing a transcript that
+does not start with what is stored is a :class:`TranscriptConflict`, never a silent fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from steerable.errors import TranscriptConflict
+from steerable.messages import Message
+from steerable.store import Steer, Store, check_session_id
+
+
+class Session:
+    """One conversation of ``store``; see the module docstring."""
+
+    __slots__ = ("_stored", "id", "store")
+
+    def __init__(self, id: str, store: Store) -> None:
+        self.id = check_session_id(id)
+        self.store = store
+        self._stored: int | None = None
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, {type(self.store).__name__})"
+
+    @property
+    def stored(self) -> int | None:
+        """How many messages this object knows to be stored, or None before it knows."""
+        return self._stored
+
+    async def messages(self) -> list[Message]:
+        """The stored transcript, oldest first."""
+        messages = await self.store.messages(self.id)
+        self._stored = len(messages)
+        return messages
+
+    async def steer(self, text: str | Steer, *, id: str | None = None) -> Steer:
+        """Leave a steer for the run working on this session (or the next one)."""
+        steer = text if isinstance(text, Steer) else Steer(text, id) if id else Steer(text)
+        await self.store.steer(self.id, steer)
+        return steer
+
+    async def steers(self) -> list[Steer]:
+        """The steers waiting to be taken, oldest first."""
+        return await self.store.steers(self.id)
+
+    async def save(self, transcript: Sequence[Message], *, take: int = 0) -> list[Message]:
+        """Store what ``transcript`` has beyond what is stored, and take up to ``take`` steers.
+
+        Returns the steered messages taken; they are already recorded after ``transcript``
+        in the store, and the caller appends them to its own copy.
+        """
+        at = await self._position(transcript)
+        new = transcript[at:]
+        if not new and not take:
+            return []
+        try:
+            taken = await self.store.save(self.id, new, at=at, take=take)
+        except TranscriptConflict:
+            self._stored = None  # learn what is stored again before the next save
+            raise
+        self._stored = at + len(new) + len(taken)
+        return taken
+
+    async def take_steers(self, *, limit: int = 16) -> list[Message]:
+        """Take up to ``limit`` steers, recorded at the end of the stored transcript."""
+        taken = await self.store.take_steers(self.id, at=None, limit=limit)
+        self._stored = None
+        return taken
+
+    async def _position(self, transcript: Sequence[Message]) -> int:
+        if self._stored is not None:
+            if self._stored > len(transcript):
+                raise TranscriptConflict(self.id, len(transcript), self._stored)
+            return self._stored
+        stored = await self.store.messages(self.id)
+        if len(stored) > len(transcript) or any(
+            a.id != b.id for a, b in zip(stored, transcript, strict=False)
+        ):
+            raise TranscriptConflict(self.id, len(transcript), len(stored))
+        self._stored = len(stored)
+        return self._stored
+
+
+def open_session(id: str, store: Store) -> Session:
+    """The session ``id`` of ``store``. No I/O: a session nobody wrote to is empty."""
+    return Session(id, store)

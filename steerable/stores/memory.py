@@ -1,0 +1,92 @@
+"""A store in this process's memory: for tests, demos and single-process use.
+
+Everything is lost when the process ends. Every verb does its work without awaiting, so
+each is atomic on the event loop; a lock makes it atomic across threads too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from steerable import codec
+from steerable.errors import InvalidMessage, TranscriptConflict
+from steerable.messages import Message
+from steerable.store import Steer, check_save, check_session_id, check_steer
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Session:
+    transcript: list[Message] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+    waiting: dict[str, Steer] = field(default_factory=dict)  # insertion ordered
+    seen: set[str] = field(default_factory=set)  # every steer id ever left
+
+
+class MemoryStore:
+    """A :class:`steerable.Store` held in a dict."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def _get(self, session: str) -> _Session:
+        state = self._sessions.get(session)
+        if state is None:
+            state = self._sessions[session] = _Session()
+        return state
+
+    async def messages(self, session: str) -> list[Message]:
+        check_session_id(session)
+        with self._lock:
+            state = self._sessions.get(session)
+            return list(state.transcript) if state else []
+
+    async def save(
+        self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+    ) -> list[Message]:
+        check_save(session, messages, at, take)
+        for message in messages:
+            codec.encode(message)  # refuse what a persistent store would refuse
+        with self._lock:
+            return self._append(session, messages, at, take)
+
+    async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        check_save(session, (), at, limit)
+        with self._lock:
+            return self._append(session, (), at, limit)
+
+    def _append(
+        self, session: str, messages: Sequence[Message], at: int | None, take: int
+    ) -> list[Message]:
+        state = self._get(session)
+        if at is not None and at != len(state.transcript):
+            raise TranscriptConflict(session, at, len(state.transcript))
+        ids = [m.id for m in messages]
+        if len(set(ids)) != len(ids) or not state.ids.isdisjoint(ids):
+            raise InvalidMessage(f"session {session!r}: a message id is already in the transcript")
+        taken: list[Message] = []
+        for steer_id in list(state.waiting)[:take]:
+            taken.append(state.waiting.pop(steer_id).message())
+        state.transcript.extend(messages)
+        state.transcript.extend(taken)
+        state.ids.update(ids)
+        state.ids.update(m.id for m in taken)
+        return taken
+
+    async def steer(self, session: str, steer: Steer) -> None:
+        check_steer(session, steer)
+        with self._lock:
+            state = self._get(session)
+            if steer.id not in state.seen:
+                state.seen.add(steer.id)
+                state.waiting[steer.id] = steer
+
+    async def steers(self, session: str) -> list[Steer]:
+        check_session_id(session)
+        with self._lock:
+            state = self._sessions.get(session)
+            return list(state.waiting.values()) if state else []

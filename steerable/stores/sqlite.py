@@ -1,0 +1,243 @@
+"""A store in one SQLite file, safe for several processes sharing it.
+
+Open it with a path; the tables are created on open (SQLite is the one store that
+migrates itself: one file has nobody to coordinate with). Every call runs on one worker
+thread of this store, off the event loop. Writers take SQLite's write lock up front
+(``BEGIN IMMEDIATE``), so a save-and-take is one transaction that other processes see
+whole or not at all, and concurrent takers in any number of processes get each steer once.
+
+The file is in WAL mode with ``synchronous=NORMAL``: a committed save survives the process
+being killed; pass ``synchronous="FULL"`` to survive power loss too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, Self, TypeVar
+
+from steerable import codec
+from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict
+from steerable.messages import Message
+from steerable.store import Steer, check_save, check_session_id, check_steer
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS steerable_messages (
+    session  TEXT    NOT NULL,
+    position INTEGER NOT NULL,
+    id       TEXT    NOT NULL,
+    body     TEXT    NOT NULL,
+    PRIMARY KEY (session, position)
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS steerable_messages_id ON steerable_messages (session, id);
+CREATE TABLE IF NOT EXISTS steerable_steers (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT    NOT NULL,
+    id      TEXT    NOT NULL,
+    text    TEXT    NOT NULL,
+    taken   INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (session, id)
+);
+CREATE INDEX IF NOT EXISTS steerable_steers_waiting ON steerable_steers (session, taken, seq);
+"""
+
+_T = TypeVar("_T")
+
+
+class SQLiteStore:
+    """A :class:`steerable.Store` in the SQLite file ``path``; see the module docstring."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(path, str | Path):
+            raise TypeError(f"SQLiteStore takes a file path, not {type(path).__name__}")
+        self.path = Path(path)
+        self._synchronous = synchronous
+        self._busy_ms = int(busy_timeout * 1000)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="steerable-sqlite")
+        self._db: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(cls, path: str | Path, **options: object) -> Self:
+        """Open (creating if needed) the store at ``path``; raises StoreUnavailable if it can't."""
+        store = cls(path, **options)  # type: ignore[arg-type]
+        await store._call(lambda db: None)
+        return store
+
+    async def close(self) -> None:
+        """Close the connection and the worker thread."""
+        if self._db is not None:
+            db, self._db = self._db, None
+            await asyncio.get_running_loop().run_in_executor(self._executor, db.close)
+        self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> Self:
+        await self._call(lambda db: None)
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- the worker thread ------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(
+                f"cannot open the SQLite file {str(self.path)!r}: {exc}"
+            ) from exc
+        try:
+            db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {self._synchronous}")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"{str(self.path)!r} has steerable schema {version}; this version reads"
+                    f" {SCHEMA_VERSION}: upgrade steerable"
+                )
+            if version < SCHEMA_VERSION:
+                db.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            db.close()
+            raise StoreUnavailable(f"cannot use the SQLite file {str(self.path)!r}: {exc}") from exc
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        if self._db is None:
+            self._db = self._connect()
+        try:
+            return work(self._db)
+        except sqlite3.IntegrityError as exc:
+            self._rollback()
+            raise InvalidMessage(f"a message or steer id is already in the session: {exc}") from exc
+        except sqlite3.Error as exc:
+            self._rollback()
+            raise StoreUnavailable(f"SQLite file {str(self.path)!r}: {exc}") from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        if self._db is not None and self._db.in_transaction:
+            self._db.rollback()
+
+    async def _call(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._run, work)
+
+    # -- the Store verbs -------------------------------------------------------------------
+
+    async def messages(self, session: str) -> list[Message]:
+        check_session_id(session)
+
+        def read(db: sqlite3.Connection) -> list[Message]:
+            rows = db.execute(
+                "SELECT position, id, body FROM steerable_messages"
+                " WHERE session = ? ORDER BY position",
+                (session,),
+            ).fetchall()
+            return [
+                codec.decode(id, body, where=f"session {session!r}, position {pos}")
+                for pos, id, body in rows
+            ]
+
+        return await self._call(read)
+
+    async def save(
+        self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+    ) -> list[Message]:
+        check_save(session, messages, at, take)
+        rows = [(m.id, codec.encode(m)) for m in messages]
+        return await self._call(lambda db: _append(db, session, rows, at, take))
+
+    async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        check_save(session, (), at, limit)
+        return await self._call(lambda db: _append(db, session, [], at, limit))
+
+    async def steer(self, session: str, steer: Steer) -> None:
+        check_steer(session, steer)
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.execute(
+                "INSERT OR IGNORE INTO steerable_steers (session, id, text) VALUES (?, ?, ?)",
+                (session, steer.id, steer.text),
+            )
+
+        await self._call(insert)
+
+    async def steers(self, session: str) -> list[Steer]:
+        check_session_id(session)
+
+        def read(db: sqlite3.Connection) -> list[Steer]:
+            rows = db.execute(
+                "SELECT id, text FROM steerable_steers WHERE session = ? AND taken = 0"
+                " ORDER BY seq",
+                (session,),
+            ).fetchall()
+            return [Steer(text, id) for id, text in rows]
+
+        return await self._call(read)
+
+
+def _append(
+    db: sqlite3.Connection,
+    session: str,
+    rows: list[tuple[str, str]],
+    at: int | None,
+    take: int,
+) -> list[Message]:
+    """One write transaction: check the position, append the rows, take and record steers."""
+    db.execute("BEGIN IMMEDIATE")
+    (count,) = db.execute(
+        "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = ?",
+        (session,),
+    ).fetchone()
+    if at is not None and at != count:
+        db.rollback()
+        raise TranscriptConflict(session, at, count)
+    taken: list[Message] = []
+    if take:
+        steers = db.execute(
+            "UPDATE steerable_steers SET taken = 1 WHERE seq IN (SELECT seq FROM steerable_steers"
+            " WHERE session = ? AND taken = 0 ORDER BY seq LIMIT ?) RETURNING seq, id, text",
+            (session, take),
+        ).fetchall()
+        steers.sort()
+        taken = [Steer(text, id).message() for _, id, text in steers]
+        rows = rows + [(m.id, codec.encode(m)) for m in taken]
+    if rows:
+        db.executemany(
+            "INSERT INTO steerable_messages (session, position, id, body) VALUES (?, ?, ?, ?)",
+            [(session, count + i, id, body) for i, (id, body) in enumerate(rows)],
+        )
+    db.execute("COMMIT")
+    return taken
+
+
+async def open(path: str | Path, **options: object) -> SQLiteStore:
+    """Open (creating if needed) the SQLite store at ``path``."""
+    return await SQLiteStore.open(path, **options)
