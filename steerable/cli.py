@@ -1,0 +1,66 @@
+"""The ``steerable`` command. The one place in steerable that starts an event loop."""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from steerable import __doc__ as _about
+
+
+def _example(name: str) -> Path:
+    """The example's folder: inside the installed package, or in the source checkout."""
+    package = Path(__file__).resolve().parent
+    for root in (package / "_examples", package.parent / "examples"):
+        if (root / name / "main.py").is_file():
+            return root / name
+    raise SystemExit(f"steerable: the {name!r} example is not installed with this package")
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Run the three-replica example on a temporary SQLite file with the scripted model."""
+    main = _example("sessions") / "main.py"
+    with tempfile.TemporaryDirectory(prefix="steerable-demo-") as directory:
+        database = args.database or str(Path(directory) / "sessions.db")
+        sys.argv = [str(main), database]
+        try:
+            runpy.run_path(str(main), run_name="__main__")
+        except SystemExit as exit:
+            return int(exit.code or 0)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per verb."""
+    top = argparse.ArgumentParser(
+        prog="steerable",
+        description=(_about or "").strip().splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
+    run_demo = commands.add_parser(
+        "demo",
+        help="three replicas over one SQLite file: steer, SIGKILL, resume (no API key)",
+        description=demo.__doc__,
+    )
+    run_demo.add_argument("--database", help="the SQLite file to use (default: a temporary one)")
+    run_demo.set_defaults(handler=demo)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``steerable`` command."""
+    args = parser().parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser().print_help()
+        return 2
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
