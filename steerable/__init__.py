@@ -64,6 +64,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TranscriptConflict",
+    "Usage",
     "UsageError",
     "assistant",
     "open_session",

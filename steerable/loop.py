@@ -250,7 +250,7 @@ class ReAct:
                 call.id, call.name, f"there is no tool named {call.name!r} (tools: {known})", True
             )
         else:
-            result = await tool.run(call, timeout=self._spec.tool_timeout)
+            result = await tool.run(call, default_timeout=self._spec.tool_timeout)
         self._results[index] = result
         await self._emit(ToolEnded(call, result))
 

@@ -52,9 +52,12 @@ class Tool:
         """What the model is told about this tool."""
         return ToolSpec(self.name, self.description, self.parameters)
 
-    async def run(self, call: ToolCall, *, timeout: float | None = None) -> ToolResult:
-        """Run the tool for ``call``; any failure becomes an error result."""
-        limit = self.timeout if self.timeout is not None else timeout
+    async def run(self, call: ToolCall, *, default_timeout: float | None = None) -> ToolResult:
+        """Run the tool for ``call``; any failure becomes an error result.
+
+        ``default_timeout`` applies when the tool has no timeout of its own.
+        """
+        limit = self.timeout if self.timeout is not None else default_timeout
         try:
             arguments = self._validate(call.arguments)
         except _BadArguments as exc:

@@ -75,9 +75,8 @@ def main(database: str) -> int:
     c = replica("resume", database)
     out, _ = c.communicate(timeout=60)
     lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
-    print(
-        f"replica C   resumed from {lines.get('loaded', '?')} messages it never produced, and answered"
-    )
+    loaded = lines.get("loaded", "?")
+    print(f"replica C   resumed from {loaded} messages it never produced, and answered")
     print(f"            {lines.get('answer', '(no answer)')!r}")
     if c.returncode != 0 or "expired" not in lines.get("answer", ""):
         failures.append("replica C did not answer the steered turn")
