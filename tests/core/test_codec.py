@@ -1,0 +1,56 @@
+"""The stored form of a message: versioned, exact, and clear when it is not readable."""
+
+from __future__ import annotations
+
+import pytest
+
+from steerable import (
+    CorruptRecord,
+    InvalidMessage,
+    Message,
+    Reasoning,
+    Text,
+    ToolCall,
+    ToolResult,
+    codec,
+)
+
+
+def test_every_part_round_trips() -> None:
+    message = Message(
+        "assistant",
+        (
+            Reasoning("hmm", "anthropic", '{"signature": "x"}'),
+            Text("nul \x00 and emoji 😀"),
+            ToolCall("c", "f", '{"z":1,"a":[1, 2],"z":3}'),
+        ),
+    )
+    results = Message("user", (ToolResult("c", "f", "boom", True),), steered=False)
+    for m in (message, results, Message("user", (Text("s"),), id="s1", steered=True)):
+        assert codec.decode(m.id, codec.encode(m)) == m
+
+
+def test_the_stored_text_has_a_version_and_no_raw_control_characters() -> None:
+    text = codec.encode(Message("user", (Text("a\x00b\nc"),), id="i"))
+    assert text.startswith('{"v":1,')
+    assert "\x00" not in text and "\n" not in text
+
+
+def test_text_that_is_not_unicode_is_refused() -> None:
+    with pytest.raises(InvalidMessage, match="not valid Unicode"):
+        codec.encode(Message("user", (Text("\udc80"),)))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "",
+        "[]",
+        '{"v":1}',
+        '{"v":1,"role":"user","parts":[{"t":"video"}]}',
+        '{"v":1,"role":"x","parts":[]}',
+    ],
+)
+def test_unreadable_bodies_are_corrupt_records(body: str) -> None:
+    with pytest.raises(CorruptRecord, match="at here"):
+        codec.decode("id", body, where="here")
