@@ -10,6 +10,7 @@ Every exception of the library derives from :class:`SteerableError`::
     │   ├── TranscriptConflict a save that does not extend what is stored
     │   └── CorruptRecord      a stored row that cannot be read back
     └── ModelError             a model failed or refused a request
+        ├── ProviderError      a provider refused the request or failed after retries
         └── ScriptExhausted    a ScriptedModel was asked for more replies than it has
 
 Misuse errors (``UsageError``) are apart from runtime failures (``StoreError``,
@@ -63,6 +64,27 @@ class CorruptRecord(StoreError):
 
 class ModelError(SteerableError):
     """A model failed, refused the request or returned something unusable."""
+
+
+class ProviderError(ModelError):
+    """A model provider refused the request, or failed after the retries it was worth.
+
+    ``provider`` names the wire format (``"openai-chat"``, ``"anthropic"``...), ``status``
+    is the HTTP status the provider answered (None when no answer came: a dropped
+    connection, a timeout, a stream that broke off) and ``message`` is the provider's own
+    explanation. ``retryable`` says whether trying again later may help (rate limits,
+    overload, 5xx, network) or not (400, 401, 403, 404: fix the request or the key).
+    """
+
+    def __init__(
+        self, provider: str, message: str, *, status: int | None = None, retryable: bool = False
+    ) -> None:
+        self.provider = provider
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        where = f"{provider} answered {status}" if status is not None else provider
+        super().__init__(f"{where}: {message}")
 
 
 class ScriptExhausted(ModelError):
