@@ -1,0 +1,241 @@
+"""The Postgres store: every verb is one SQL statement, a save-and-take included."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import asyncpg  # type: ignore[import-untyped]
+
+from steerable import codec
+from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
+from steerable.messages import Message
+from steerable.store import Steer, check_save, check_session_id, check_steer
+from steerable.stores.postgres._schema import SCHEMA_VERSION
+
+__all__ = ["Pool", "PostgresStore"]
+
+# Appends the messages at position $2 (or the end, when $2 is NULL), takes up to $5 waiting
+# steers and appends them right after: one statement, so one implicit transaction and one
+# round trip. Every CTE reads one snapshot, taken when the statement starts:
+# - `stored` is the transcript's length in that snapshot. A pinned save whose `at` differs
+#   leaves `ok` empty, so nothing is taken or written and the caller reads the length back.
+#   A writer that commits after the snapshot is caught by the (session, position) key.
+# - `took` locks the oldest waiting steers. Plain FOR UPDATE, not SKIP LOCKED: two takers
+#   of one session append at one position anyway, so skipping ahead gains nothing and would
+#   record steers out of order. A taker that waited re-checks each row once the holder
+#   commits (READ COMMITTED re-evaluates locked rows), drops the ones now taken and goes on
+#   down the queue: a steer is taken once.
+# - The main query reads `took` before `written` runs (an unreferenced data-modifying CTE
+#   runs last), so every steer lock is held before any message row is inserted, and rows
+#   go in by ascending position: two savers cannot deadlock on each other's rows.
+_SAVE = """
+WITH stored AS (
+    SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
+), ok AS (
+    SELECT n FROM stored WHERE $2::bigint IS NULL OR n = $2::bigint
+), took AS (
+    UPDATE steerable_steers SET taken = true
+    WHERE seq IN (
+        SELECT seq FROM steerable_steers
+        WHERE session = $1 AND NOT taken AND EXISTS (SELECT FROM ok)
+        ORDER BY seq
+        LIMIT $5
+        FOR UPDATE
+    )
+    RETURNING seq, id, body
+), new AS (
+    SELECT m.i - 1 AS i, m.id, m.body
+    FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS m (id, body, i)
+    UNION ALL
+    SELECT cardinality($3::text[]) + row_number() OVER (ORDER BY seq) - 1, id, body FROM took
+), written AS (
+    INSERT INTO steerable_messages (session, position, id, body)
+    SELECT $1, ok.n + new.i, new.id, new.body FROM ok, new ORDER BY new.i
+)
+SELECT stored.n, took.id, took.body FROM stored LEFT JOIN took ON true ORDER BY took.seq
+"""
+
+_LENGTH = "SELECT coalesce(max(position) + 1, 0) FROM steerable_messages WHERE session = $1"
+
+_MESSAGES = "SELECT position, id, body FROM steerable_messages WHERE session = $1 ORDER BY position"
+
+_STEER = """
+INSERT INTO steerable_steers (session, id, body) VALUES ($1, $2, $3)
+ON CONFLICT ON CONSTRAINT steerable_steers_id DO NOTHING
+"""
+
+_STEERS = "SELECT id, body FROM steerable_steers WHERE session = $1 AND NOT taken ORDER BY seq"
+
+_POSITION_KEY = "steerable_messages_position"
+
+# How often a take at the end (`at=None`) is retried when another writer extended the
+# transcript during it. Each retry means that writer succeeded, so the store as a whole
+# moves on; the bound only keeps one unlucky caller from spinning forever.
+_RETRIES = 64
+
+_MISSING_SCHEMA = (
+    "the database has no steerable tables of schema version {version}: run"
+    " `await pool.execute(steerable.stores.postgres.SCHEMA)` once (the store runs no DDL)"
+)
+
+
+class Pool(Protocol):
+    """The part of an ``asyncpg.Pool`` the store uses."""
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        """Run ``query`` on a pooled connection; its rows."""
+        ...
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        """Run ``query`` on a pooled connection; the first column of its first row."""
+        ...
+
+    async def execute(self, query: str, *args: Any) -> str:
+        """Run ``query`` on a pooled connection; its status."""
+        ...
+
+
+class PostgresStore:
+    """A :class:`steerable.Store` in Postgres, over the application's ``asyncpg`` pool.
+
+    The store runs no DDL: apply :data:`steerable.stores.postgres.SCHEMA` first (and call
+    :meth:`check_schema` at start-up to fail early if nobody did). It holds no connection
+    between calls and has nothing to close; the pool is the application's.
+    """
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: Pool) -> None:
+        if isinstance(pool, str | bytes) or not hasattr(pool, "fetch"):
+            raise UsageError(
+                "PostgresStore takes the application's asyncpg pool, not"
+                f" {type(pool).__name__}: `PostgresStore(await asyncpg.create_pool(dsn))`"
+            )
+        self.pool = pool
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.pool!r})"
+
+    async def check_schema(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the database holds this store's schema."""
+        with _translated("read the steerable schema version"):
+            try:
+                version = await self.pool.fetchval("SELECT max(version) FROM steerable_schema")
+            except asyncpg.UndefinedTableError:
+                version = None
+        if version is None or version < SCHEMA_VERSION:
+            raise StoreUnavailable(_MISSING_SCHEMA.format(version=SCHEMA_VERSION))
+        if version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"the database has steerable schema version {version}; this steerable knows"
+                f" {SCHEMA_VERSION}: upgrade steerable"
+            )
+
+    # -- the Store verbs -------------------------------------------------------------------
+
+    async def messages(self, session: str) -> list[Message]:
+        """The session's transcript, in position order (empty for a new session)."""
+        check_session_id(session)
+        with _translated(f"read session {session!r}"):
+            rows = await self.pool.fetch(_MESSAGES, session)
+        return [
+            codec.decode(id, body, where=f"session {session!r}, position {position}")
+            for position, id, body in rows
+        ]
+
+    async def save(
+        self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+    ) -> list[Message]:
+        """Append ``messages`` at position ``at``, then take up to ``take`` steers; atomic.
+
+        One statement, one round trip, whether or not a steer is waiting. A
+        :class:`StoreUnavailable` raised here (the connection died) means the save is
+        stored whole or not at all: load the transcript to see which.
+        """
+        check_save(session, messages, at, take)
+        ids = [m.id for m in messages]
+        if len(set(ids)) != len(ids):
+            raise InvalidMessage(f"session {session!r}: one message id is twice in the save")
+        bodies = [codec.encode(m) for m in messages]
+        return await self._append(session, ids, bodies, at, take)
+
+    async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
+        check_save(session, (), at, limit)
+        return await self._append(session, [], [], at, limit)
+
+    async def steer(self, session: str, steer: Steer) -> None:
+        """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
+        check_steer(session, steer)
+        body = codec.encode(steer.message())
+        with _translated(f"leave a steer for session {session!r}"):
+            await self.pool.execute(_STEER, session, steer.id, body)
+
+    async def steers(self, session: str) -> list[Steer]:
+        """The steers waiting in the session's box, oldest first."""
+        check_session_id(session)
+        with _translated(f"read the steers of session {session!r}"):
+            rows = await self.pool.fetch(_STEERS, session)
+        return [
+            Steer(codec.decode(id, body, where=f"session {session!r}, steer {id!r}").text, id)
+            for id, body in rows
+        ]
+
+    # -- the one statement -----------------------------------------------------------------
+
+    async def _append(
+        self, session: str, ids: list[str], bodies: list[str], at: int | None, take: int
+    ) -> list[Message]:
+        for _ in range(_RETRIES):
+            with _translated(f"save session {session!r}"):
+                try:
+                    rows = await self.pool.fetch(_SAVE, session, at, ids, bodies, take)
+                except asyncpg.UniqueViolationError as exc:
+                    if at is None and exc.constraint_name == _POSITION_KEY:
+                        continue  # a writer appended first; take again at the new end
+                    if at is not None:
+                        # The id key can fire first when a writer saved these very messages
+                        # (a replica redoing a step): that is a conflict, not a duplicate.
+                        stored = await self.pool.fetchval(_LENGTH, session)
+                        if exc.constraint_name == _POSITION_KEY or stored != at:
+                            raise TranscriptConflict(session, at, stored) from None
+                    raise InvalidMessage(
+                        f"session {session!r}: a message id is already in the transcript"
+                        f" ({exc.detail or exc})"
+                    ) from None
+                except asyncpg.DeadlockDetectedError:
+                    # Postgres rolled the statement back whole; it can run again as it is.
+                    continue
+            stored = rows[0][0]
+            if at is not None and stored != at:
+                raise TranscriptConflict(session, at, stored)
+            return [
+                codec.decode(id, body, where=f"session {session!r}, steer {id!r}")
+                for _, id, body in rows
+                if id is not None
+            ]
+        stored = await self.pool.fetchval(_LENGTH, session)
+        raise TranscriptConflict(session, at if at is not None else stored, stored)
+
+
+@contextmanager
+def _translated(doing: str) -> Iterator[None]:
+    """Turn a driver's failure into a :class:`StoreUnavailable` that says what failed."""
+    try:
+        yield
+    except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
+        raise StoreUnavailable(
+            f"cannot {doing}: {exc}; " + _MISSING_SCHEMA.format(version=SCHEMA_VERSION)
+        ) from exc
+    except (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
+        # the pool is closed, a connection was lost; asyncpg reports a connection the server
+        # terminated while it sat idle in the pool as an internal client error
+        raise StoreUnavailable(f"cannot {doing}: the Postgres connection failed: {exc}") from exc
+    except OSError as exc:  # refused, reset, unreachable, timed out
+        raise StoreUnavailable(f"cannot {doing}: Postgres cannot be reached: {exc}") from exc
+    except asyncpg.PostgresError as exc:  # shut down, terminated, out of connections, ...
+        raise StoreUnavailable(
+            f"cannot {doing}: Postgres refused it ({exc.sqlstate} {type(exc).__name__}): {exc}"
+        ) from exc

@@ -1,0 +1,45 @@
+"""Where the Postgres tests' server is, and the store factory the contract suite opens.
+
+The server is ``STEERABLE_PG_DSN`` (default: the local one, user ``postgres``). Each test
+run creates its own database, named here once per process: the suite's factory carries the
+name to the processes it spawns.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg  # type: ignore[import-untyped]
+
+from steerable.stores.postgres import PostgresStore
+
+DSN = os.environ.get("STEERABLE_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+DATABASE = f"steerable_test_{secrets.token_hex(6)}"
+REQUIRED = os.environ.get("STEERABLE_REQUIRE_SERVERS") == "1"
+
+
+async def create_pool(database: str = DATABASE, **options: Any) -> Any:
+    """A small pool on the test database: the server is shared with other test runs."""
+    settings: dict[str, Any] = {"min_size": 1, "max_size": 4, "database": database}
+    return await asyncpg.create_pool(DSN, **(settings | options))
+
+
+@asynccontextmanager
+async def open_store(dsn: str, database: str) -> AsyncIterator[PostgresStore]:
+    """A store over a pool of its own on ``database`` (module level, so it pickles)."""
+    pool = await asyncpg.create_pool(dsn, database=database, min_size=1, max_size=4)
+    try:
+        yield PostgresStore(pool)
+    finally:
+        await pool.close()
+
+
+def server_address() -> tuple[str, int]:
+    """The host and port of the server, for a relay in front of it."""
+    parts = urlsplit(DSN)
+    return parts.hostname or "127.0.0.1", parts.port or 5432

@@ -1,0 +1,107 @@
+"""The database going away: StoreUnavailable with a clear message, and nothing lost."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from steerable.errors import StoreUnavailable
+from steerable.messages import assistant, new_id, user
+from steerable.store import Steer
+from steerable.stores.postgres import PostgresStore
+from tests.stores.postgres.support import DSN, create_pool, server_address
+from tests.stores.postgres.wire import Wire
+
+
+def _verbs(store: PostgresStore, sid: str) -> list[Callable[[], Awaitable[object]]]:
+    return [
+        lambda: store.messages(sid),
+        lambda: store.save(sid, [user("x")], at=0, take=1),
+        lambda: store.steer(sid, Steer("x")),
+        lambda: store.steers(sid),
+        lambda: store.take_steers(sid, at=None, limit=1),
+        store.check_schema,
+    ]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+async def test_no_server_listening_is_store_unavailable() -> None:
+    pool = await asyncpg.create_pool(DSN, host="127.0.0.1", port=_free_port(), min_size=0)
+    try:
+        for verb in _verbs(PostgresStore(pool), f"pg-{new_id()}"):
+            with pytest.raises(StoreUnavailable, match="Postgres cannot be reached"):
+                await verb()
+    finally:
+        await pool.close()
+
+
+async def test_a_closed_pool_is_store_unavailable(database: str) -> None:
+    pool = await create_pool(database)
+    await pool.close()
+    for verb in _verbs(PostgresStore(pool), f"pg-{new_id()}"):
+        with pytest.raises(StoreUnavailable, match="pool is closed"):
+            await verb()
+
+
+async def test_the_server_going_away_loses_nothing(database: str) -> None:
+    wire = Wire(*server_address())
+    await wire.start()
+    pool = await create_pool(database, host="127.0.0.1", port=wire.port)
+    sid = f"pg-{new_id()}"
+    try:
+        store = PostgresStore(pool)
+        before = [user("prompt"), assistant("answer")]
+        await store.save(sid, before, at=0)
+        await store.steer(sid, Steer("waiting", "w"))
+        await wire.stop()  # every connection drops, and nothing listens any more
+        for verb in _verbs(store, sid):
+            with pytest.raises(StoreUnavailable):
+                await verb()
+        await wire.start()  # back, on the same port
+        assert await store.messages(sid) == before
+        assert [s.id for s in await store.steers(sid)] == ["w"]
+        taken = await store.save(sid, [user("again")], at=2, take=16)
+        assert [m.id for m in taken] == ["w"]
+    finally:
+        await pool.close()
+        await wire.stop()
+
+
+async def test_terminated_connections_fail_cleanly_and_the_pool_recovers(
+    pool: Any, database: str
+) -> None:
+    sid = f"pg-{new_id()}"
+    store = PostgresStore(pool)
+    await store.save(sid, [user("kept")], at=0)
+    victim = await create_pool(
+        database, min_size=2, max_size=2, server_settings={"application_name": "victim"}
+    )
+    try:
+        victims = PostgresStore(victim)
+        assert len(await victims.messages(sid)) == 1
+        killed = await pool.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name = 'victim'",
+            database,
+        )
+        assert killed == 2
+        outcomes: list[str] = []
+        for _ in range(3):  # each dead connection fails one call at most; new ones serve
+            try:
+                outcomes.append(str(len(await victims.messages(sid))))
+            except StoreUnavailable as exc:
+                outcomes.append(str(exc).split(":")[0])
+        assert outcomes[-1] == "1", outcomes
+        assert set(outcomes) <= {f"cannot read session {sid!r}", "1"}, outcomes
+    finally:
+        await victim.close()

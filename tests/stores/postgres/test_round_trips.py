@@ -1,0 +1,67 @@
+"""One round trip per save-and-take step, counted on the wire, whether or not anyone steered."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from steerable.messages import assistant, new_id, user
+from steerable.store import Steer
+from steerable.stores.postgres import PostgresStore
+from tests.stores.postgres.support import create_pool, server_address
+from tests.stores.postgres.wire import Wire
+
+
+async def _no_reset(connection: Any) -> None:
+    """A pool reset that sends nothing: the store leaves no session state behind."""
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[Wire]:
+    """A relay to the server that counts the messages clients send."""
+    wire = Wire(*server_address())
+    await wire.start()
+    try:
+        yield wire
+    finally:
+        await wire.stop()
+
+
+@pytest.mark.parametrize("steered", [False, True], ids=["nobody-steered", "a-steer-waits"])
+async def test_a_save_and_take_is_one_round_trip(wire: Wire, database: str, steered: bool) -> None:
+    pool = await create_pool(
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+    )
+    try:
+        store = PostgresStore(pool)
+        sid = f"pg-{new_id()}"
+        await store.save(sid, [user("prompt")], at=0, take=16)  # prepares the statement
+        if steered:
+            await store.steer(sid, Steer("use celsius", "s1"))
+        wire.sent.clear()
+        taken = await store.save(sid, [assistant("calling"), user("result")], at=1, take=16)
+        assert (wire.round_trips, wire.sent["E"], wire.sent["P"]) == (1, 1, 0), wire.sent
+        assert [m.id for m in taken] == (["s1"] if steered else [])
+        wire.sent.clear()
+        await store.take_steers(sid, at=None, limit=16)
+        assert (wire.round_trips, wire.sent["E"]) == (1, 1), wire.sent
+    finally:
+        await pool.close()
+
+
+async def test_a_default_pool_adds_only_its_reset_query(wire: Wire, database: str) -> None:
+    # asyncpg's default pool resets a connection as it goes back (one simple query); the
+    # store itself still sends one statement per step.
+    pool = await create_pool(database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1)
+    try:
+        store = PostgresStore(pool)
+        sid = f"pg-{new_id()}"
+        await store.save(sid, [user("prompt")], at=0, take=16)
+        await store.steer(sid, Steer("use celsius"))
+        wire.sent.clear()
+        assert len(await store.save(sid, [assistant("ok")], at=1, take=16)) == 1
+        assert (wire.sent["E"], wire.sent["S"], wire.sent["Q"]) == (1, 1, 1), wire.sent
+    finally:
+        await pool.close()

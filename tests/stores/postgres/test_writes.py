@@ -1,0 +1,164 @@
+"""Two writers, and saves cut off half way: what is stored is all of a save or none of it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from steerable.errors import StoreUnavailable, TranscriptConflict
+from steerable.messages import Message, assistant, new_id, user
+from steerable.store import Steer
+from steerable.stores.postgres import PostgresStore
+from tests.stores.postgres.support import create_pool, server_address
+from tests.stores.postgres.wire import Wire
+
+
+def _sid() -> str:
+    return f"pg-{new_id()}"
+
+
+async def test_a_save_that_does_not_extend_the_transcript_changes_nothing(
+    store: PostgresStore,
+) -> None:
+    sid = _sid()
+    base = [user("a"), assistant("b"), user("c")]
+    await store.save(sid, base, at=0)
+    await store.steer(sid, Steer("waiting 1", "w1"))
+    await store.steer(sid, Steer("waiting 2", "w2"))
+    for at in (0, 2, 4, 10):  # behind the store, and past its end (a gap)
+        with pytest.raises(TranscriptConflict) as caught:
+            await store.save(sid, [user("late")], at=at, take=16)
+        assert (caught.value.expected, caught.value.stored) == (at, 3)
+        with pytest.raises(TranscriptConflict):
+            await store.take_steers(sid, at=at, limit=16)
+    assert await store.messages(sid) == base
+    assert [s.id for s in await store.steers(sid)] == ["w1", "w2"]
+
+
+async def test_a_replica_redoing_a_step_with_the_same_messages_conflicts(database: str) -> None:
+    # Both replicas save the very same messages (same ids) at one position, at once: one
+    # wins, the other learns of a conflict, never of a duplicate message id.
+    first, second = await create_pool(database), await create_pool(database)
+    try:
+        a, b = PostgresStore(first), PostgresStore(second)
+        for _ in range(20):
+            sid = _sid()
+            prompt = user("prompt")
+            await a.save(sid, [prompt], at=0)
+            step = [assistant("answer"), user("more")]
+            results = await asyncio.gather(
+                a.save(sid, step, at=1), b.save(sid, step, at=1), return_exceptions=True
+            )
+            assert sorted(type(r).__name__ for r in results) == ["TranscriptConflict", "list"]
+            assert await a.messages(sid) == [prompt, *step]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_replicas_saving_and_taking_at_once_record_each_steer_once_in_order(
+    database: str,
+) -> None:
+    # Two replicas (two pools) run steps on one session: each step saves an assistant
+    # message where it thinks the transcript ends and takes steers; on a conflict it reloads.
+    sid, ids = _sid(), [f"s{i:03d}" for i in range(60)]
+    pools = [await create_pool(database), await create_pool(database)]
+    try:
+        stores = [PostgresStore(p) for p in pools]
+        await stores[0].save(sid, [user("go")], at=0)
+
+        async def produce() -> None:
+            for i in ids:
+                await stores[0].steer(sid, Steer(i, i))
+
+        async def replica(store: PostgresStore, producer: asyncio.Task[None]) -> None:
+            while not producer.done() or await store.steers(sid):
+                at = len(await store.messages(sid))
+                try:
+                    await store.save(sid, [assistant("step")], at=at, take=2)
+                except TranscriptConflict:
+                    await asyncio.sleep(0)
+
+        producer = asyncio.create_task(produce())
+        await asyncio.gather(*(replica(s, producer) for s in stores for _ in range(4)))
+        steered = [m.id for m in await stores[0].messages(sid) if m.steered]
+    finally:
+        for pool in pools:
+            await pool.close()
+    assert steered == ids
+
+
+async def _wait_for_lock(pool: Any, pid: int) -> None:
+    """Until backend ``pid`` waits on a lock (a bounded poll, not a timing assertion)."""
+    query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
+    for _ in range(1000):
+        if await pool.fetchval(query, pid):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+async def test_a_save_killed_mid_statement_stores_none_of_it(pool: Any, database: str) -> None:
+    # The save takes the steers and writes 300 of its 600 rows, then waits on a row another
+    # transaction holds; there its backend is terminated. Nothing of it may remain.
+    sid = _sid()
+    base = [user("prompt")]
+    await PostgresStore(pool).save(sid, base, at=0)
+    for i in range(3):
+        await PostgresStore(pool).steer(sid, Steer(f"steer {i}", f"s{i}"))
+    victim = await create_pool(database, min_size=1, max_size=1)
+    blocker = await pool.acquire()
+    hold = blocker.transaction()
+    try:
+        async with victim.acquire() as connection:
+            pid = connection.get_server_pid()
+        await hold.start()
+        await blocker.execute(
+            "INSERT INTO steerable_messages VALUES ($1, 301, 'blocker', '{}')", sid
+        )
+        step = [user(f"tool result {i} " + "x" * 1000) for i in range(600)]
+        save = asyncio.create_task(PostgresStore(victim).save(sid, step, at=1, take=16))
+        await _wait_for_lock(pool, pid)
+        assert await pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+        with pytest.raises(StoreUnavailable):
+            await save
+    finally:
+        await hold.rollback()
+        await pool.release(blocker)
+        await victim.close()
+    store = PostgresStore(pool)
+    assert await store.messages(sid) == base
+    assert [s.id for s in await store.steers(sid)] == ["s0", "s1", "s2"]
+    taken = await store.save(sid, step, at=1, take=16)
+    assert [m.id for m in taken] == ["s0", "s1", "s2"]
+    assert [m.id for m in await store.messages(sid)] == [m.id for m in base + step + taken]
+
+
+async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) -> None:
+    # The line dies as the server answers: the client gets StoreUnavailable, yet the save
+    # and the steers it took are stored, each steer once; a retry sees a conflict.
+    wire = Wire(*server_address())
+    await wire.start()
+    pool = await create_pool(database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1)
+    try:
+        store = PostgresStore(pool)
+        sid = _sid()
+        await store.save(sid, [user("prompt")], at=0)
+        await store.steer(sid, Steer("use celsius", "s1"))
+        step = [assistant("calling"), user("result")]
+        wire.cut_on_reply = True
+        with pytest.raises(StoreUnavailable):
+            await store.save(sid, step, at=1, take=16)
+        assert wire.cuts == 1
+        stored = await store.messages(sid)
+        with pytest.raises(TranscriptConflict):
+            await store.save(sid, step, at=1, take=16)
+        assert await store.steers(sid) == []
+        assert await store.take_steers(sid, at=None, limit=16) == []
+    finally:
+        await pool.close()
+        await wire.stop()
+    assert stored[1:] == [*step, Message("user", stored[3].parts, id="s1", steered=True)]
+    assert stored[3].text == "use celsius"
