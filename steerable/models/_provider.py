@@ -1,0 +1,92 @@
+"""What the provider adapters share: the retry of a stream that broke before it said anything,
+the reading of a provider's error body, and the compact JSON they keep verbatim blocks in.
+
+Retries happen in two places. The provider's SDK retries a request that got no answer, a
+rate limit (429) or a server error (408, 409, 5xx), sleeping as ``Retry-After`` says; that
+covers everything up to the first byte of the reply. A stream that breaks *after* it began
+(the connection drops, an ``overloaded_error`` arrives mid-stream, the stream just ends) is
+retried here, with the same backoff, but only while nothing of it was shown: once a text
+delta went out to the run's events, a retry would show the user a second, different start
+of the answer, so the run fails instead (a resumed run redoes the step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from steerable.errors import ProviderError
+from steerable.models.base import ModelEvent
+
+__all__ = ["StreamBroken", "compact_json", "error_message", "retry_stream", "retryable_status"]
+
+_INITIAL_DELAY = 0.5
+_MAX_DELAY = 8.0
+
+
+class StreamBroken(Exception):
+    """A stream that began and then broke off; worth another try if nothing was shown."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def retryable_status(status: int) -> bool:
+    """Statuses the SDKs retry and a later try may get past: timeouts, rate limits, 5xx."""
+    return status in (408, 409, 429) or status >= 500
+
+
+def error_message(body: object, fallback: str) -> str:
+    """The provider's own explanation from an error body (OpenAI's and Anthropic's shapes)."""
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict):
+            message = inner.get("message")
+            if isinstance(message, str) and message:
+                return message
+        elif isinstance(inner, str) and inner:
+            return inner
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return message
+    elif isinstance(body, str) and body:
+        return body
+    return fallback
+
+
+def compact_json(value: Any) -> str:
+    """JSON text without padding, Unicode kept as it is: how verbatim blocks are stored."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _delay(attempt: int) -> float:
+    return min(_INITIAL_DELAY * 2.0**attempt, _MAX_DELAY) * (1 - 0.25 * random.random())
+
+
+async def retry_stream(
+    attempt: Callable[[], AsyncGenerator[ModelEvent, None]], *, retries: int
+) -> AsyncIterator[ModelEvent]:
+    """Yield ``attempt()``'s events; a :class:`StreamBroken` before the first is retried.
+
+    At most ``retries`` more attempts, with exponential backoff and jitter. A broken stream
+    that already yielded something, or the last one, raises its :class:`ProviderError`.
+    """
+    tries = 0
+    while True:
+        shown = False
+        try:
+            async with contextlib.aclosing(attempt()) as events:
+                async for event in events:
+                    shown = True
+                    yield event
+            return
+        except StreamBroken as broken:
+            if shown or tries >= retries:
+                raise broken.error from broken.__cause__
+        await asyncio.sleep(_delay(tries))
+        tries += 1

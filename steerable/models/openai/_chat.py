@@ -1,0 +1,242 @@
+"""OpenAI's Chat Completions API, and every server that speaks it.
+
+Our messages become Chat Completions messages: the instructions a ``system`` message, an
+assistant message its ``content`` and ``tool_calls`` (each call's ``arguments`` exactly the
+text the model sent), a user message holding tool results one ``tool`` message per result in
+call order, followed by a ``user`` message for any text it holds. A steered message is an
+ordinary ``user`` message where it was taken: after the tool results of the step.
+
+The reply is streamed: ``content`` deltas go out as text deltas, tool-call pieces are joined
+byte for byte per call index. Servers that stream ``reasoning_content`` (DeepSeek, vLLM,
+Kimi...) get it kept as a :class:`~steerable.Reasoning` part of provider ``"openai-chat"``
+and sent back on that assistant message, as those servers expect; OpenAI itself sends none,
+so it is never sent any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self, cast
+
+import openai
+from openai.types.chat import ChatCompletionChunk
+
+from steerable.messages import Message, Part, Reasoning, Text, ToolCall, new_id
+from steerable.models._provider import retry_stream
+from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
+from steerable.models.openai._common import (
+    chat_tools,
+    cut_short,
+    make_client,
+    provider_error,
+    stream_error,
+)
+
+PROVIDER = "openai-chat"
+
+
+class OpenAIChatModel:
+    """A model behind the Chat Completions API, OpenAI's or a compatible server's.
+
+    ``model`` is the provider's model name. Pass ``client`` to use an ``AsyncOpenAI`` you
+    configured, or ``base_url``/``api_key`` (else ``OPENAI_BASE_URL``/``OPENAI_API_KEY``).
+    ``max_retries`` is the SDK's: rate limits, 5xx and dropped connections are retried with
+    backoff that honours ``Retry-After``. ``max_tokens_param`` is the body key that carries
+    ``ModelSettings.max_tokens``: OpenAI wants ``max_completion_tokens``, some older
+    compatible servers only know ``max_tokens``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: openai.AsyncOpenAI | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 2,
+        timeout: float | None = None,
+        max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+    ) -> None:
+        self.model = model
+        self.client = make_client(
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+        self.max_tokens_param = max_tokens_param
+
+    @property
+    def name(self) -> str:
+        """``"openai-chat:<model>"``."""
+        return f"{PROVIDER}:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (also one you passed in)."""
+        await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body this model sends for ``request`` (``stream`` included)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": chat_messages(request.instructions, request.messages),
+        }
+        if request.tools:
+            body["tools"] = chat_tools(request.tools)
+        settings = request.settings
+        if settings.temperature is not None:
+            body["temperature"] = settings.temperature
+        if settings.max_tokens is not None:
+            body[self.max_tokens_param] = settings.max_tokens
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        body.update(settings.extra)
+        return body
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream the reply to ``request``: text deltas, then the whole :class:`Reply`."""
+        body = self.request_body(request)
+        return retry_stream(lambda: self._attempt(body), retries=self.client.max_retries)
+
+    async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
+        try:
+            stream = await self.client.chat.completions.create(
+                model=self.model,
+                messages=cast(Any, body["messages"]),
+                stream=True,
+                extra_body=_rest(body),
+            )
+        except openai.OpenAIError as exc:
+            raise provider_error(PROVIDER, exc) from exc
+        reply = _ReplyBuilder()
+        async with stream:
+            try:
+                async for chunk in stream:
+                    for text in reply.add(chunk):
+                        yield TextDelta(text)
+            except openai.OpenAIError as exc:
+                raise stream_error(PROVIDER, exc) from exc
+        if not reply.finished:
+            raise cut_short(PROVIDER)
+        yield reply.build()
+
+
+def _rest(body: dict[str, Any]) -> dict[str, Any]:
+    """What the body holds besides the arguments ``create`` takes by name (sent as is)."""
+    return {k: v for k, v in body.items() if k not in ("model", "messages", "stream")}
+
+
+# -- our messages to Chat Completions ----------------------------------------------------
+
+
+def chat_messages(instructions: str | None, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """``messages`` as Chat Completions messages, the instructions first."""
+    out: list[dict[str, Any]] = []
+    if instructions:
+        out.append({"role": "system", "content": instructions})
+    for message in messages:
+        if message.role == "assistant":
+            out.append(_assistant(message))
+            continue
+        for result in message.tool_results:
+            out.append({"role": "tool", "tool_call_id": result.call_id, "content": result.content})
+        if any(isinstance(p, Text) for p in message.parts):
+            out.append({"role": "user", "content": message.text})
+    return out
+
+
+def _assistant(message: Message) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    reasoning = [
+        p.text for p in message.parts if isinstance(p, Reasoning) and p.provider == PROVIDER
+    ]
+    if reasoning:
+        entry["reasoning_content"] = "".join(reasoning)
+    calls = message.tool_calls
+    if calls:
+        entry["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls
+        ]
+    elif entry["content"] is None:
+        entry["content"] = ""
+    return entry
+
+
+# -- the streamed reply to our message ---------------------------------------------------
+
+
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class _ReplyBuilder:
+    """Collects a streamed completion (choice 0) into one assistant message."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, _Call] = {}
+        self.usage = Usage(requests=1)
+        self.finished = False
+
+    def add(self, chunk: ChatCompletionChunk) -> list[str]:
+        """Take one chunk; return the text it adds, for the run's events."""
+        if chunk.usage is not None:
+            self.usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens, 1)
+        shown: list[str] = []
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            thought = (delta.model_extra or {}).get("reasoning_content")
+            if isinstance(thought, str) and thought:
+                self.reasoning.append(thought)
+            for piece in (delta.content, delta.refusal):
+                if piece:
+                    self.text.append(piece)
+                    shown.append(piece)
+            for call in delta.tool_calls or ():
+                self._add_call(call.index, call.id, call.function)
+            if choice.finish_reason is not None:
+                self.finished = True
+        return shown
+
+    def _add_call(self, index: int | None, id: str | None, function: Any) -> None:
+        key = index if index is not None else len(self.calls)
+        call = self.calls.setdefault(key, _Call())
+        if id and not call.id:
+            call.id = id
+        if function is None:
+            return
+        name = cast(str | None, function.name)
+        if name and name != call.name:  # some servers repeat the whole name in every chunk
+            call.name += name
+        if function.arguments:
+            call.arguments.append(cast(str, function.arguments))
+
+    def build(self) -> Reply:
+        parts: list[Part] = []
+        if self.reasoning:
+            parts.append(Reasoning("".join(self.reasoning), PROVIDER))
+        if self.text:
+            parts.append(Text("".join(self.text)))
+        for _, call in sorted(self.calls.items()):
+            parts.append(
+                ToolCall(call.id or f"call_{new_id()}", call.name, "".join(call.arguments))
+            )
+        return Reply(Message("assistant", tuple(parts)), self.usage)

@@ -1,0 +1,112 @@
+"""The OpenAI client, its errors, and the tool schemas both OpenAI APIs share."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from steerable.errors import ProviderError, UsageError
+from steerable.models._provider import StreamBroken, error_message, retryable_status
+from steerable.models.base import ToolSpec
+
+# Sent as the key to a compatible server when none is set: most local servers want none,
+# and the SDK refuses to run without one.
+NO_KEY = "no-key"
+
+
+def make_client(
+    *,
+    client: openai.AsyncOpenAI | None,
+    base_url: str | None,
+    api_key: str | None,
+    max_retries: int,
+    timeout: float | None,
+) -> openai.AsyncOpenAI:
+    """The client to use: the caller's, or a new one from the arguments and the environment."""
+    if client is not None:
+        if base_url is not None or api_key is not None:
+            raise UsageError("pass either client= or base_url=/api_key=, not both")
+        return client
+    base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+    api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+    if api_key is None:
+        if base_url is None:
+            raise UsageError(
+                "no OpenAI API key: set OPENAI_API_KEY (or pass api_key=), or pass base_url="
+                " for a compatible server that needs none"
+            )
+        api_key = NO_KEY
+    if timeout is None:
+        return openai.AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=max_retries)
+    return openai.AsyncOpenAI(
+        api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+    )
+
+
+def provider_error(provider: str, exc: openai.OpenAIError) -> ProviderError:
+    """The SDK's error as a :class:`ProviderError` carrying the provider's own message."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return ProviderError(
+            provider,
+            error_message(exc.body, exc.message),
+            status=status,
+            retryable=retryable_status(status),
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderError(provider, f"{exc.message} ({_cause(exc)})", retryable=True)
+    if isinstance(exc, openai.APIError):  # an error event inside a stream
+        return ProviderError(provider, error_message(exc.body, exc.message))
+    return ProviderError(provider, str(exc))
+
+
+def stream_error(provider: str, exc: openai.OpenAIError) -> Exception:
+    """An error met while reading a stream: a dropped connection is worth a retry."""
+    error = provider_error(provider, exc)
+    if isinstance(exc, openai.APIConnectionError):
+        return StreamBroken(error)
+    return error
+
+
+def cut_short(provider: str) -> StreamBroken:
+    """The stream ended before the reply said it was complete."""
+    return StreamBroken(
+        ProviderError(provider, "the stream ended before the reply was complete", retryable=True)
+    )
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else "no detail"
+
+
+def chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tools in Chat Completions' shape."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.parameters),
+            },
+        }
+        for t in tools
+    ]
+
+
+def responses_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tools in the Responses API's shape; not strict, since our schemas allow defaults."""
+    return [
+        {
+            "type": "function",
+            "name": t.name,
+            "description": t.description,
+            "parameters": dict(t.parameters),
+            "strict": False,
+        }
+        for t in tools
+    ]
