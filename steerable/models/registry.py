@@ -20,19 +20,25 @@ compatible server given by ``base_url`` needs none.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from steerable.errors import UsageError
-from steerable.models.base import Model
 
-__all__ = ["PROVIDERS", "model_from_string"]
+if TYPE_CHECKING:
+    from steerable.models.anthropic import AnthropicModel
+    from steerable.models.openai import OpenAIChatModel, OpenAIResponsesModel
+
+__all__ = ["PROVIDERS", "ProviderModel", "model_from_string"]
+
+ProviderModel: TypeAlias = "OpenAIChatModel | OpenAIResponsesModel | AnthropicModel"
+"""What :func:`model_from_string` returns: a :class:`~steerable.Model` with ``aclose()``."""
 
 PROVIDERS = ("openai", "openai-chat", "openai-responses", "anthropic")
 
 
 def model_from_string(
     spec: str, *, base_url: str | None = None, api_key: str | None = None, **options: Any
-) -> Model:
+) -> ProviderModel:
     """The model ``spec`` names (see the module); ``options`` go to the model's constructor.
 
     Raises :class:`UsageError` for an unknown provider or a missing key, and ImportError

@@ -13,6 +13,7 @@ Completions (``data:`` lines, ``[DONE]``), OpenAI Responses and Anthropic Messag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -65,7 +66,9 @@ class WireServer:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -144,10 +147,8 @@ def _handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
         def _drop(self) -> None:
             self.wfile.flush()
             self.close_connection = True
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     return Handler
 
@@ -333,7 +334,7 @@ def anthropic_stream(
 ) -> Answer:
     """A streamed message made of ``blocks``, with a ping in the middle, as Anthropic does."""
     calls = any(start["type"] == "tool_use" for start, _ in blocks)
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",
