@@ -20,13 +20,16 @@ __all__ = ["Pool", "PostgresStore"]
 # steers and appends them right after: one statement, so one implicit transaction and one
 # round trip. Every CTE reads one snapshot, taken when the statement starts:
 # - `stored` is the transcript's length in that snapshot. A pinned save whose `at` differs
-#   leaves `ok` empty, so nothing is taken or written and the caller reads the length back.
-#   A writer that commits after the snapshot is caught by the (session, position) key.
+#   (behind the store, or past its end) leaves `ok` empty: nothing is taken or written, and
+#   the length returned says why. A writer that commits after the snapshot is caught by the
+#   (session, position) key: the statement fails whole (a take at the end then retries).
 # - `took` locks the oldest waiting steers. Plain FOR UPDATE, not SKIP LOCKED: two takers
 #   of one session append at one position anyway, so skipping ahead gains nothing and would
 #   record steers out of order. A taker that waited re-checks each row once the holder
 #   commits (READ COMMITTED re-evaluates locked rows), drops the ones now taken and goes on
-#   down the queue: a steer is taken once.
+#   down the queue. And two statements that miss each other's commits both write at the end
+#   of their snapshots, so they collide on the position key and one fails whole: a steer is
+#   recorded once even if the locks were wrong.
 # - The main query reads `took` before `written` runs (an unreferenced data-modifying CTE
 #   runs last), so every steer lock is held before any message row is inserted, and rows
 #   go in by ascending position: two savers cannot deadlock on each other's rows.

@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
+from steerable.messages import new_id
 from steerable.stores.postgres import SCHEMA, PostgresStore
 from tests.stores.postgres.support import DATABASE, DSN, REQUIRED, create_pool
 
@@ -68,3 +69,16 @@ async def pool(database: str) -> AsyncIterator[Any]:
 def store(pool: Any) -> PostgresStore:
     """A store over :func:`pool`."""
     return PostgresStore(pool)
+
+
+@pytest.fixture
+async def empty_schema(pool: Any, database: str) -> AsyncIterator[Any]:
+    """A pool whose search path is a new, empty Postgres schema of this run's database."""
+    name = f"scratch_{new_id()[:12]}".lower()
+    await pool.execute(f'CREATE SCHEMA "{name}"')
+    scratch = await create_pool(database, server_settings={"search_path": name})
+    try:
+        yield scratch
+    finally:
+        await scratch.close()
+        await pool.execute(f'DROP SCHEMA "{name}" CASCADE')

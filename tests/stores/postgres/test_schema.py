@@ -5,29 +5,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 import steerable.stores.postgres as postgres
 from steerable.errors import StoreUnavailable, UsageError
-from steerable.messages import new_id, user
+from steerable.messages import user
 from steerable.stores.postgres import SCHEMA, SCHEMA_VERSION, PostgresStore
-from tests.stores.postgres.support import create_pool
-
-
-@pytest.fixture
-async def empty_schema(pool: Any, database: str) -> AsyncIterator[Any]:
-    """A pool whose search path is a new, empty Postgres schema of the test database."""
-    name = f"empty_{new_id()[:12]}".lower()
-    await pool.execute(f'CREATE SCHEMA "{name}"')
-    scratch = await create_pool(database, server_settings={"search_path": name})
-    try:
-        yield scratch
-    finally:
-        await scratch.close()
-        await pool.execute(f'DROP SCHEMA "{name}" CASCADE')
 
 
 def test_the_package_exports_exactly_its_public_names() -> None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from steerable.errors import StoreUnavailable, TranscriptConflict
-from steerable.messages import Message, assistant, new_id, user
+from steerable.errors import CorruptRecord, StoreUnavailable, TranscriptConflict
+from steerable.messages import assistant, new_id, user
 from steerable.store import Steer
-from steerable.stores.postgres import PostgresStore
+from steerable.stores.postgres import SCHEMA, PostgresStore
 from tests.stores.postgres.support import create_pool, server_address
 from tests.stores.postgres.wire import Wire
 
@@ -90,6 +91,37 @@ async def test_replicas_saving_and_taking_at_once_record_each_steer_once_in_orde
     assert steered == ids
 
 
+async def test_a_redo_conflicts_even_when_the_id_key_is_checked_first(
+    empty_schema: Any, database: str
+) -> None:
+    # Postgres checks unique keys in index creation order. After a REINDEX CONCURRENTLY of
+    # the position key the id key comes first, and a replica redoing a step that another
+    # one just committed trips over the id of its first message: that is still a conflict.
+    await empty_schema.execute(SCHEMA)
+    await empty_schema.execute("REINDEX INDEX CONCURRENTLY steerable_messages_position")
+    schema = await empty_schema.fetchval("SELECT current_schema()")
+    redo = await create_pool(
+        database, min_size=1, max_size=1, server_settings={"search_path": schema}
+    )
+    sid, prompt, step = _sid(), user("prompt"), [assistant("answer"), user("more")]
+    await PostgresStore(empty_schema).save(sid, [prompt], at=0)
+    other = await empty_schema.acquire()
+    try:
+        async with redo.acquire() as connection:
+            pid = connection.get_server_pid()
+        async with other.transaction():  # the other replica's save of the same step
+            await PostgresStore(other).save(sid, step, at=1)
+            late = asyncio.create_task(PostgresStore(redo).save(sid, step, at=1))
+            await _wait_for_lock(empty_schema, pid)
+        with pytest.raises(TranscriptConflict) as caught:
+            await late
+        assert caught.value.stored == 3
+    finally:
+        await empty_schema.release(other)
+        await redo.close()
+    assert await PostgresStore(empty_schema).messages(sid) == [prompt, *step]
+
+
 async def _wait_for_lock(pool: Any, pid: int) -> None:
     """Until backend ``pid`` waits on a lock (a bounded poll, not a timing assertion)."""
     query = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1"
@@ -121,6 +153,10 @@ async def test_a_save_killed_mid_statement_stores_none_of_it(pool: Any, database
         step = [user(f"tool result {i} " + "x" * 1000) for i in range(600)]
         save = asyncio.create_task(PostgresStore(victim).save(sid, step, at=1, take=16))
         await _wait_for_lock(pool, pid)
+        with pytest.raises(asyncpg.LockNotAvailableError):  # it holds the steers it took
+            await pool.execute(
+                "SELECT FROM steerable_steers WHERE session = $1 FOR UPDATE NOWAIT", sid
+            )
         assert await pool.fetchval("SELECT pg_terminate_backend($1)", pid)
         with pytest.raises(StoreUnavailable):
             await save
@@ -144,9 +180,9 @@ async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) 
     pool = await create_pool(database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1)
     try:
         store = PostgresStore(pool)
-        sid = _sid()
-        await store.save(sid, [user("prompt")], at=0)
-        await store.steer(sid, Steer("use celsius", "s1"))
+        sid, prompt, steer = _sid(), user("prompt"), Steer("use celsius", "s1")
+        await store.save(sid, [prompt], at=0)
+        await store.steer(sid, steer)
         step = [assistant("calling"), user("result")]
         wire.cut_on_reply = True
         with pytest.raises(StoreUnavailable):
@@ -160,5 +196,18 @@ async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) 
     finally:
         await pool.close()
         await wire.stop()
-    assert stored[1:] == [*step, Message("user", stored[3].parts, id="s1", steered=True)]
-    assert stored[3].text == "use celsius"
+    assert stored == [prompt, *step, steer.message()]
+
+
+async def test_a_corrupted_row_is_a_corrupt_record(store: PostgresStore) -> None:
+    sid = _sid()
+    await store.pool.execute(
+        "INSERT INTO steerable_messages VALUES ($1, 0, 'm', '{\"v\":1,\"role\":')", sid
+    )
+    await store.pool.execute(
+        "INSERT INTO steerable_steers (session, id, body) VALUES ($1, 's', 'x')", sid
+    )
+    with pytest.raises(CorruptRecord, match=f"session {sid!r}, position 0"):
+        await store.messages(sid)
+    with pytest.raises(CorruptRecord, match="steer 's'"):
+        await store.steers(sid)
