@@ -34,6 +34,25 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def chat(args: argparse.Namespace) -> int:
+    """Chat with an agent in the terminal on a session in a SQLite file; type to steer it."""
+    import asyncio
+
+    from steerable.chat import ChatOptions
+    from steerable.chat import chat as run_chat
+
+    options = ChatOptions(
+        store=Path(args.store),
+        session=args.session,
+        model=args.model,
+        base_url=args.base_url,
+        tools=tuple(args.tools or ()),
+        instructions=args.instructions,
+        max_steps=args.max_steps,
+    )
+    return asyncio.run(run_chat(options))
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per verb."""
     top = argparse.ArgumentParser(
@@ -49,6 +68,28 @@ def parser() -> argparse.ArgumentParser:
     )
     run_demo.add_argument("--database", help="the SQLite file to use (default: a temporary one)")
     run_demo.set_defaults(handler=demo)
+    run_chat = commands.add_parser(
+        "chat",
+        help="chat with an agent in the terminal; type while it works to steer it",
+        description=chat.__doc__,
+    )
+    run_chat.add_argument("--session", default="chat", help="the session's id (default: chat)")
+    run_chat.add_argument(
+        "--store", default="steerable-chat.db", help="the SQLite file (default: steerable-chat.db)"
+    )
+    run_chat.add_argument(
+        "--model", help="provider:model, like openai:gpt-5-mini (default: $STEERABLE_MODEL)"
+    )
+    run_chat.add_argument("--base-url", help="an OpenAI-compatible server, with an openai: model")
+    run_chat.add_argument(
+        "--tools",
+        action="append",
+        metavar="MODULE:ATTRIBUTE",
+        help="a list of tools to give the agent (repeatable), like examples.tools.slow:TOOLS",
+    )
+    run_chat.add_argument("--instructions", help="the system prompt")
+    run_chat.add_argument("--max-steps", type=int, default=32, help="model requests per turn")
+    run_chat.set_defaults(handler=chat)
     return top
 
 

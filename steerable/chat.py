@@ -1,0 +1,400 @@
+"""``steerable chat``: talk to an agent in the terminal, and keep typing while it works.
+
+The conversation is a session in a local SQLite file; starting the chat again with the same
+``--store`` and ``--session`` resumes it, and carries on a turn that a crash left halfway.
+
+While the agent is idle, a line starts a turn. While it works:
+
+==============  ==================================================================
+a plain line    a steer: it joins the turn at its next step (shown when taken)
+``/queue TEXT`` TEXT waits and becomes the next turn
+``/stop``       stops the turn now (Ctrl-C too)
+``/quit``       stops the turn and leaves (Ctrl-D too)
+==============  ==================================================================
+
+A steer is left in the session's store, so one typed just as the agent writes its final
+answer is not lost: it is answered as a turn of its own right after. ``/help`` lists this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import importlib
+import importlib.util
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from steerable.errors import UsageError
+from steerable.events import Event, Replied, SteersTaken, TextDelta, ToolEnded, ToolStarted
+from steerable.messages import Message, user
+from steerable.models.base import Model
+from steerable.runner import Result, Run, Runner, Spec
+from steerable.session import Session, open_session
+from steerable.tools import Tool, ToolFunction
+
+__all__ = ["HOW_TO_CONFIGURE", "ChatOptions", "chat", "load_tools"]
+
+HOW_TO_CONFIGURE = """\
+steerable chat: no model is configured.
+
+Name one with --model (or the STEERABLE_MODEL environment variable) and set its key:
+
+  export OPENAI_API_KEY=sk-...         steerable chat --model openai:gpt-5-mini
+  export ANTHROPIC_API_KEY=sk-ant-...  steerable chat --model anthropic:claude-sonnet-4-5
+
+A server that speaks OpenAI's Chat Completions (vLLM, Ollama, LM Studio, llama.cpp):
+
+  steerable chat --model openai:llama3.1 --base-url http://localhost:11434/v1
+
+See docs/models.md for the providers and docs/chat.md for the chat's commands.
+"""
+
+HELP = """\
+  a line while the agent works: a steer, joining the turn at its next step
+  /queue TEXT   make TEXT the next turn        /stop   stop the turn (Ctrl-C)
+  /quit         leave (Ctrl-D)                 /help   this
+"""
+
+PROMPT = "you> "
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """What ``steerable chat`` was asked for."""
+
+    store: Path
+    session: str = "chat"
+    model: str | None = None
+    base_url: str | None = None
+    tools: tuple[str, ...] = ()
+    instructions: str | None = None
+    max_steps: int = 32
+
+
+def load_tools(spec: str) -> list[Tool | ToolFunction]:
+    """The tools ``module:attribute`` names (a dotted module or a ``.py`` path).
+
+    The attribute is a tool, a function, or a list of them.
+    """
+    where, colon, name = spec.rpartition(":")
+    if not colon or not where or not name:
+        raise UsageError(
+            f"--tools takes module:attribute, like examples.tools.slow:TOOLS, not {spec!r}"
+        )
+    try:
+        module = _import(where)
+    except (ImportError, OSError) as exc:
+        raise UsageError(f"--tools {spec}: cannot import {where!r}: {exc}") from exc
+    try:
+        value = getattr(module, name)
+    except AttributeError:
+        raise UsageError(f"--tools {spec}: {where!r} has no attribute {name!r}") from None
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    for item in items:
+        if not isinstance(item, Tool) and not callable(item):
+            raise UsageError(f"--tools {spec}: {item!r} is not a tool or a function")
+    return items
+
+
+def _import(where: str) -> Any:
+    if where.endswith(".py"):
+        path = Path(where).resolve()
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no module at {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    if os.getcwd() not in sys.path:  # `examples.tools.slow` from a checkout, as python -m would
+        sys.path.insert(0, os.getcwd())
+    return importlib.import_module(where)
+
+
+async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
+    """Run the chat on the terminal until ``/quit`` or end of input; the exit status."""
+    out = out or sys.stdout
+    model_name = options.model or os.environ.get("STEERABLE_MODEL")
+    if not model_name:
+        print(HOW_TO_CONFIGURE, file=sys.stderr, end="")
+        return 2
+    from steerable.models.registry import model_from_string
+    from steerable.stores.sqlite import SQLiteStore
+
+    try:
+        tools = [t for spec in options.tools for t in load_tools(spec)]
+        Spec(tools=tools)  # a bad tool is told now, not at the first turn
+    except UsageError as exc:
+        print(f"steerable chat: {exc}", file=sys.stderr)
+        return 2
+    try:
+        model = model_from_string(model_name, base_url=options.base_url)
+    except UsageError as exc:
+        print(f"steerable chat: {exc}\n", file=sys.stderr)
+        print(HOW_TO_CONFIGURE.split("\n", 1)[1], file=sys.stderr, end="")
+        return 2
+    async with model, SQLiteStore(options.store) as store:
+        session = open_session(options.session, store)
+        spec = Spec(
+            tools=tools,
+            instructions=options.instructions,
+            session=session,
+            max_steps=options.max_steps,
+        )
+        terminal = Terminal(out)
+        conversation = Conversation(session, spec, model, terminal)
+        with terminal.reading():
+            await conversation.main(model_name, options.store)
+    return 0
+
+
+class Terminal:
+    """Lines typed in, events and notes written out."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
+        self._mid_line = False
+        self._color = out.isatty() and not os.environ.get("NO_COLOR")
+        self._echoed = os.isatty(0)  # a terminal shows what is typed, Enter included
+
+    @contextlib.contextmanager
+    def reading(self) -> Any:
+        """Read stdin on a thread, one line at a time, for as long as the chat runs."""
+        loop = asyncio.get_running_loop()
+        thread = threading.Thread(target=self._read, args=(loop,), daemon=True)
+        thread.start()
+        yield
+
+    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
+        # os.read holds no lock of sys.stdin's, so this thread cannot block the exit.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        pending = ""
+        while True:
+            try:
+                chunk = os.read(0, 4096)
+            except OSError:
+                chunk = b""
+            pending += decoder.decode(chunk, final=not chunk)
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                loop.call_soon_threadsafe(self.lines.put_nowait, line.rstrip("\r"))
+            if not chunk:
+                loop.call_soon_threadsafe(self.lines.put_nowait, None)
+                return
+
+    def write(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+        if text:
+            self._mid_line = not text.endswith("\n")
+
+    def note(self, text: str, *, dim: bool = True) -> None:
+        """A line of its own, after whatever is on the current line."""
+        if self._mid_line:
+            self.write("\n")
+        if self._color and dim:
+            text = f"\x1b[2m{text}\x1b[0m"
+        self.write(text + "\n")
+
+    def typed(self) -> None:
+        """A line was typed: the cursor is at the start of a line again."""
+        if self._echoed:
+            self._mid_line = False
+        elif self._mid_line:
+            self.write("\n")
+
+    def prompt(self) -> None:
+        if self._mid_line:
+            self.write("\n")
+        self.write(PROMPT)
+
+    def render(self, event: Event) -> None:
+        """Show one event of the run."""
+        if isinstance(event, TextDelta):
+            self.write(event.text)
+        elif isinstance(event, Replied):
+            if self._mid_line:
+                self.write("\n")
+        elif isinstance(event, ToolStarted):
+            self.note(f"  -> {event.call.name}({_short(event.call.arguments)})")
+        elif isinstance(event, ToolEnded):
+            flag = " [error]" if event.result.is_error else ""
+            self.note(f"  <- {event.call.name}{flag}: {_short(event.result.content)}")
+        elif isinstance(event, SteersTaken):
+            for message in event.messages:
+                self.note(f"  [steer taken] {message.text}", dim=False)
+
+
+def _short(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Conversation:
+    """The chat's turns over one session."""
+
+    def __init__(self, session: Session, spec: Spec, model: Model, terminal: Terminal) -> None:
+        self.session = session
+        self.spec = spec
+        self.model = model
+        self.terminal = terminal
+        self.queued: list[str] = []
+        self.quitting = False
+        self.run: Run | None = None
+        self._line: asyncio.Task[str | None] | None = None
+
+    async def main(self, model_name: str, store: Path) -> None:
+        note = self.terminal.note
+        note(f"steerable chat: session {self.session.id!r} in {store}, model {model_name}")
+        note("Type while the agent works to steer it; /help for the commands.")
+        messages = await self.session.messages()
+        if messages:
+            note(f"resumed: {len(messages)} messages so far")
+            last = next((m for m in reversed(messages) if m.role == "assistant" and m.text), None)
+            if last is not None:
+                note(f"  last answer: {_short(last.text)}")
+        with self._interrupts():
+            if (messages and _mid_turn(messages[-1])) or await self.session.steers():
+                note("carrying on the interrupted turn")
+                await self.turn(messages)
+            while not self.quitting:
+                text = await self._next_prompt()
+                if text is None:
+                    break
+                messages = await self.session.messages()
+                await self.turn([*messages, user(text)])
+
+    async def _next_prompt(self) -> str | None:
+        """The next turn's text: a queued one, or a line typed at the prompt."""
+        while True:
+            if self.queued:
+                text = self.queued.pop(0)
+                self.terminal.note(f"{PROMPT}{text}  (queued)", dim=False)
+                return text
+            self.terminal.prompt()
+            line = await self._read_line()
+            self.terminal.typed()
+            if line is None or line.strip() == "/quit":
+                self.quitting = True
+                return None
+            command, _, rest = line.strip().partition(" ")
+            if command == "/queue" and rest.strip():
+                return rest.strip()
+            if command == "/help":
+                self.terminal.write(HELP)
+            elif command == "/stop":
+                self.terminal.note("  nothing to stop")
+            elif command.startswith("/"):
+                self.terminal.note(f"  unknown command {command}; /help lists them")
+            elif line.strip():
+                return line.strip()
+
+    async def _read_line(self) -> str | None:
+        if self._line is None:
+            self._line = asyncio.ensure_future(self.terminal.lines.get())
+        line = await self._line
+        self._line = None
+        return line
+
+    async def turn(self, messages: Sequence[Message]) -> None:
+        """One turn: run, take lines as steers and commands while it works, report."""
+        while True:
+            result = await self._run(messages)
+            waiting = await self.session.steers()
+            if result.reason != "completed" or not waiting or self.quitting:
+                if waiting:
+                    self.terminal.note(f"  {len(waiting)} steer(s) wait; they join the next turn")
+                return
+            self.terminal.note("  a steer came after the last step: answering it now")
+            messages = await self.session.messages()
+
+    async def _run(self, messages: Sequence[Message]) -> Result:
+        run = Runner.start(self.spec, messages, self.model, events=self.terminal.render)
+        self.run = run
+        ended: asyncio.Future[Result] = asyncio.ensure_future(_result(run))
+        try:
+            while not ended.done():
+                if self._line is None:
+                    self._line = asyncio.ensure_future(self.terminal.lines.get())
+                waiting: set[asyncio.Future[Any]] = {ended, self._line}
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if self._line.done():
+                    line, self._line = self._line.result(), None
+                    await self._during_turn(line, run)
+            result = ended.result()
+        finally:
+            self.run = None
+        self._report(result)
+        return result
+
+    async def _during_turn(self, line: str | None, run: Run) -> None:
+        note = self.terminal.note
+        self.terminal.typed()
+        if line is None or line.strip() == "/quit":
+            self.quitting = True
+            run.stop()
+            return
+        command, _, rest = line.strip().partition(" ")
+        if command == "/stop":
+            run.stop()
+            note("  stopping the turn")
+        elif command == "/queue":
+            if rest.strip():
+                self.queued.append(rest.strip())
+                note("  queued as the next turn")
+        elif command == "/help":
+            self.terminal.write(HELP)
+        elif command.startswith("/"):
+            note(f"  unknown command {command}; /help lists them")
+        elif line.strip():
+            await self.session.steer(line.strip())
+            note("  [steer sent] it joins the turn at its next step")
+
+    def _report(self, result: Result) -> None:
+        usage = result.usage
+        tokens = f"{usage.input_tokens} tokens in, {usage.output_tokens} out"
+        if result.reason == "completed":
+            self.terminal.note(f"  ({tokens})")
+        elif result.reason == "failed":
+            self.terminal.note(f"  [failed] {result.error}", dim=False)
+        else:
+            self.terminal.note(f"  [{result.reason.replace('_', ' ')}] ({tokens})", dim=False)
+
+    @contextlib.contextmanager
+    def _interrupts(self) -> Any:
+        """Ctrl-C stops a running turn, or leaves when none runs."""
+        loop = asyncio.get_running_loop()
+
+        def interrupt() -> None:
+            if self.run is not None and not self.run.done():
+                self.run.stop()
+                return
+            self.quitting = True
+            self.terminal.lines.put_nowait(None)
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, interrupt)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _result(run: Run) -> Result:
+    return await run
+
+
+def _mid_turn(last: Message) -> bool:
+    """Whether a transcript ending with ``last`` stopped in the middle of a turn."""
+    return last.role == "user" and (bool(last.tool_results) or last.steered)
