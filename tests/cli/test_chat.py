@@ -1,0 +1,113 @@
+"""The chat's pieces without a terminal: configuration, tools, resuming, late steers."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from steerable import Message, ScriptedModel, Spec, ToolResult, user
+from steerable.chat import Conversation, Terminal, load_tools
+from steerable.errors import UsageError
+from steerable.models.base import ModelRequest
+from steerable.models.scripted import call
+from steerable.session import Session, open_session
+from steerable.stores.memory import MemoryStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def chat_command(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    env.pop("STEERABLE_MODEL", None)
+    command = [sys.executable, "-m", "steerable.cli", "chat", "--store", str(tmp_path / "c.db")]
+    return subprocess.run(
+        [*command, *args],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_with_no_model_it_says_how_to_configure_one_and_exits_non_zero(tmp_path: Path) -> None:
+    done = chat_command(tmp_path)
+    assert done.returncode == 2
+    assert "no model is configured" in done.stderr
+    assert "--model" in done.stderr and "OPENAI_API_KEY" in done.stderr
+    assert "--base-url" in done.stderr
+    assert not (tmp_path / "c.db").exists()
+
+
+def test_a_model_without_its_key_says_which_key_and_exits_non_zero(tmp_path: Path) -> None:
+    done = chat_command(tmp_path, "--model", "anthropic:claude-sonnet-4-5")
+    assert done.returncode == 2
+    assert "ANTHROPIC_API_KEY" in done.stderr
+
+
+def test_bad_tools_are_told_before_anything_runs(tmp_path: Path) -> None:
+    done = chat_command(tmp_path, "--model", "openai:m", "--tools", "examples.tools.slow:NOPE")
+    assert done.returncode == 2
+    assert "has no attribute 'NOPE'" in done.stderr
+
+
+def test_load_tools_takes_a_module_or_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    names = [getattr(t, "name", "") for t in load_tools("examples.tools.slow:TOOLS")]
+    assert names == ["search_files", "read_file", "run_build"]
+    [one] = load_tools(f"{ROOT / 'examples' / 'tools' / 'slow.py'}:run_build")
+    assert getattr(one, "name", "") == "run_build"
+    with pytest.raises(UsageError, match="module:attribute"):
+        load_tools("examples.tools.slow")
+    with pytest.raises(UsageError, match="cannot import"):
+        load_tools("no_such_module_here:TOOLS")
+
+
+def conversation(session: Session, model: ScriptedModel, out: io.StringIO) -> Conversation:
+    spec = Spec(session=session)
+    return Conversation(session, spec, model, Terminal(out))
+
+
+async def test_a_steer_sent_after_the_last_step_is_answered_as_a_turn_of_its_own() -> None:
+    session = open_session("s", MemoryStore())
+
+    async def answer_while_a_steer_arrives(request: ModelRequest) -> str:
+        await session.steer("one more thing", id="late")  # the final answer is being written
+        return "first answer"
+
+    model = ScriptedModel([answer_while_a_steer_arrives, "second answer"])
+    out = io.StringIO()
+    await conversation(session, model, out).turn([user("hello")])
+
+    stored = await session.messages()
+    assert [m.text for m in stored] == ["hello", "first answer", "one more thing", "second answer"]
+    assert stored[2].steered
+    assert await session.steers() == []
+    assert "answering it now" in out.getvalue()
+    assert "[steer taken] one more thing" in out.getvalue()
+
+
+async def test_started_on_a_turn_left_halfway_it_carries_the_turn_on() -> None:
+    session = open_session("s", MemoryStore())
+    halfway = [
+        user("find it"),
+        Message("assistant", (call("search", id="c1"),)),
+        Message("user", (ToolResult("c1", "search", "found"),)),
+    ]
+    await session.save(halfway)
+    model = ScriptedModel(["done"])
+    out = io.StringIO()
+    chat = conversation(session, model, out)
+    chat.terminal.lines.put_nowait(None)  # then the input ends
+    await chat.main("scripted", Path("memory"))
+
+    assert [m.id for m in model.requests[0].messages] == [m.id for m in halfway]
+    assert "resumed: 3 messages so far" in out.getvalue()
+    assert "carrying on the interrupted turn" in out.getvalue()
+    assert [m.text for m in await session.messages()][-1] == "done"

@@ -1,0 +1,174 @@
+"""``steerable chat`` in a real terminal (tmux), against a local Chat Completions server.
+
+A line typed while a tool runs reaches the model as a steer, right after the tool's result;
+``/queue`` makes the next turn; the chat started again resumes the session, and ``/stop``
+stops a turn and leaves the transcript valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steerable import transcript_problems
+from steerable.stores.sqlite import SQLiteStore
+from tests.models.wire import WireServer, chat_stream
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+
+
+class Terminal:
+    """A tmux server of our own (its own socket), one window running one command at a time."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.socket = f"steerable-test-{uuid.uuid4().hex[:12]}"
+        self.env = env
+
+    def tmux(self, *args: str) -> str:
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            check=True,
+            timeout=10,
+        )
+        return done.stdout
+
+    def start(self, command: str) -> None:
+        # The shell keeps the pane open after the chat exits, with its exit status shown.
+        shell = f"{command}; echo chat exited $?; sleep 600"
+        self.tmux(
+            "new-session", "-d", "-s", "chat", "-x", "150", "-y", "60", "-c", str(ROOT), shell
+        )
+
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "chat", "-l", line)
+        self.tmux("send-keys", "-t", "chat", "Enter")
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-t", "chat", "-S", "-")
+
+    def wait_for(self, check: Callable[[str], bool], what: str, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if check(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the chat never showed {what}; the screen:\n{screen}")
+            time.sleep(0.05)
+
+    def shows(self, text: str, timeout: float = 30) -> str:
+        return self.wait_for(lambda screen: text in screen, repr(text), timeout)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    env.pop("STEERABLE_MODEL", None)
+    env.update({"STEERABLE_TEST_GATE": str(tmp_path / "gate"), "NO_COLOR": "1", "TERM": "xterm"})
+    term = Terminal(env)
+    yield term
+    term.close()
+
+
+def prompt_count(screen: str) -> int:
+    return sum(1 for line in screen.splitlines() if line.startswith("you>"))
+
+
+def messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(body["messages"])
+
+
+def test_a_line_typed_during_a_tool_call_is_a_steer_and_the_session_resumes(
+    terminal: Terminal, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    database = tmp_path / "chat.db"
+    call = ("call_1", "inspect_repo", ['{"path": "con', 'fig"}'])
+    with WireServer(
+        chat_stream(["Let me look."], [call]),
+        chat_stream(["It is config.toml."]),
+        chat_stream(["Summary: one file."]),
+        chat_stream([], [("call_2", "inspect_repo", ['{"path": "tests"}'])]),
+    ) as server:
+        command = (
+            f"{sys.executable} -m steerable.cli chat --session s1 --store {database}"
+            f" --model openai:test-model --base-url {server.url}/v1"
+            " --tools tests.cli.gated_tools:TOOLS --tools examples.tools.slow:TOOLS"
+        )
+        terminal.start(command)
+        terminal.shows("you>")
+        terminal.type("find the config")
+        terminal.shows("-> inspect_repo(")
+        terminal.type("also check the tests")
+        terminal.shows("[steer sent]")
+        terminal.type("/queue then summarise")
+        terminal.shows("queued as the next turn")
+        gate.touch()
+        screen = terminal.shows("Summary: one file.")
+        assert "[steer taken] also check the tests" in screen
+        assert "It is config.toml." in screen
+        assert "you> then summarise  (queued)" in screen
+
+        # The steer reached the model right after the tool's result, in the next request.
+        assert len(server.requests) == 3
+        second = messages(server.bodies[1])
+        assert second[-3]["tool_calls"][0]["function"]["arguments"] == '{"path": "config"}'
+        assert second[-2] == {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "config: config.toml, 12 lines",
+        }
+        assert second[-1] == {"role": "user", "content": "also check the tests"}
+        third = messages(server.bodies[2])
+        assert third[:-2] == second
+        assert third[-2:] == [
+            {"role": "assistant", "content": "It is config.toml."},
+            {"role": "user", "content": "then summarise"},
+        ]
+        terminal.wait_for(lambda s: prompt_count(s) == 3, "a third prompt")
+        terminal.type("/quit")
+        terminal.shows("chat exited 0")
+
+        # Started again, the chat resumes the session: the model gets the whole transcript.
+        terminal.close()
+        gate.unlink()
+        terminal.start(command)
+        terminal.shows("resumed: 7 messages so far")
+        terminal.type("and now?")
+        terminal.shows("-> inspect_repo(")
+        fourth = messages(server.bodies[3])
+        assert fourth[:-1] == [*third, {"role": "assistant", "content": "Summary: one file."}]
+        assert fourth[-1] == {"role": "user", "content": "and now?"}
+        terminal.type("/stop")
+        screen = terminal.shows("[stopped]")
+        terminal.type("/quit")
+        terminal.shows("chat exited 0")
+    assert len(server.requests) == 4
+
+    stored = asyncio.run(_stored(database))
+    assert not transcript_problems(stored)
+    assert stored[-1].tool_results[0].is_error  # the call /stop cut short says so
+    assert "stopped" in stored[-1].tool_results[0].content
+
+
+async def _stored(database: Path) -> list[Any]:
+    async with SQLiteStore(database) as store:
+        return list(await store.messages("s1"))
