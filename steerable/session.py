@@ -66,8 +66,10 @@ class Session:
             return []
         try:
             taken = await self.store.save(self.id, new, at=at, take=take)
-        except TranscriptConflict:
-            self._stored = None  # learn what is stored again before the next save
+        except BaseException:
+            # A save that failed (or whose answer was lost) may still have committed:
+            # learn what is stored again before the next save.
+            self._stored = None
             raise
         self._stored = at + len(new) + len(taken)
         return taken

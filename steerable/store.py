@@ -18,6 +18,10 @@ The contract (checked case by case by :mod:`steerable.testing`):
 - ``take_steers(session, at=n, limit=k)`` is ``save(session, [], at=n, take=k)``;
   ``at=None`` appends wherever the transcript ends.
 - ``steer`` with an id the session has seen before (waiting or already taken) does nothing.
+  A waiting steer whose id is already a message of the transcript (it was recorded another
+  way, say from a run's own box) is taken without being recorded or returned again.
+- A save that fails, or whose answer is lost, is stored whole or not at all: load the
+  transcript to learn which.
 - Many concurrent takers (tasks, processes, replicas) get each steer exactly once.
 - ``steers`` lists the steers still waiting, oldest first.
 """
@@ -92,9 +96,9 @@ def check_session_id(session: object) -> str:
 def check_save(session: object, messages: Sequence[Message], at: int | None, take: int) -> str:
     """Validate the arguments of a save or take; returns the session id."""
     sid = check_session_id(session)
-    if at is not None and (not isinstance(at, int) or at < 0):
+    if at is not None and (type(at) is not int or at < 0):
         raise UsageError(f"`at` is a position (an int >= 0), not {at!r}")
-    if not isinstance(take, int) or take < 0:
+    if type(take) is not int or take < 0:
         raise UsageError(f"`take` is a count (an int >= 0), not {take!r}")
     for message in messages:
         if not isinstance(message, Message):

@@ -70,7 +70,9 @@ class MemoryStore:
             raise InvalidMessage(f"session {session!r}: a message id is already in the transcript")
         taken: list[Message] = []
         for steer_id in list(state.waiting)[:take]:
-            taken.append(state.waiting.pop(steer_id).message())
+            steer = state.waiting.pop(steer_id)
+            if steer_id not in state.ids and steer_id not in ids:  # else recorded already
+                taken.append(steer.message())
         state.transcript.extend(messages)
         state.transcript.extend(taken)
         state.ids.update(ids)

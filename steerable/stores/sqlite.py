@@ -228,6 +228,21 @@ def _append(
         ).fetchall()
         steers.sort()
         taken = [Steer(text, id).message() for _, id, text in steers]
+        ids = [m.id for m in taken]
+        recorded = (
+            {id for id, _ in rows}
+            | {
+                id
+                for (id,) in db.execute(
+                    "SELECT id FROM steerable_messages WHERE session = ? AND id IN"
+                    f" ({','.join('?' * len(ids))})",
+                    (session, *ids),
+                )
+            }
+            if ids
+            else set()
+        )
+        taken = [m for m in taken if m.id not in recorded]  # recorded another way already
         rows = rows + [(m.id, codec.encode(m)) for m in taken]
     if rows:
         db.executemany(

@@ -272,6 +272,25 @@ async def _a_take_records_the_steer_in_the_transcript(open_store: OpenStore) -> 
 
 
 @_case()
+async def _a_steer_already_in_the_transcript_is_taken_but_not_recorded_again(
+    open_store: OpenStore,
+) -> None:
+    sid = _sid()
+    async with open_store() as store:
+        recorded = Steer("from a run's own box", "s-1")
+        await store.save(sid, [user("go"), recorded.message()], at=0)
+        await store.steer(sid, Steer("from a run's own box", "s-1"))
+        await store.steer(sid, Steer("new", "s-2"))
+        await store.steer(sid, Steer("in this very save", "s-3"))
+        taken = await store.save(sid, [Steer("in this very save", "s-3").message()], at=2, take=5)
+        back = [m.id for m in await store.messages(sid)]
+        left = await store.steers(sid)
+    _expect([m.id for m in taken] == ["s-2"], f"taken: {taken!r}")
+    _expect(back[1:] == ["s-1", "s-3", "s-2"], f"transcript ids: {back!r}")
+    _expect(left == [], f"left waiting: {left!r}")
+
+
+@_case()
 async def _a_take_respects_its_limit_and_at_end(open_store: OpenStore) -> None:
     sid = _sid()
     async with open_store() as store:
@@ -355,7 +374,11 @@ def _process_taker(
             await asyncio.get_running_loop().run_in_executor(None, go.wait, 60)
             return await _take_all(store, sid, tasks, produced.is_set)
 
-    out.put(asyncio.run(main()))
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:  # the parent fails fast with the real error
+        out.put(f"taker failed: {exc!r}")
+        raise
 
 
 @_case(processes=True)
@@ -376,12 +399,15 @@ async def _takers_in_four_processes_get_each_steer_exactly_once(open_store: Open
             worker.start()
         try:
             for _ in workers:
-                _expect(await loop.run_in_executor(None, out.get, True, 120) == "ready", "start")
+                ready = await loop.run_in_executor(None, out.get, True, 120)
+                _expect(ready == "ready", f"a taker process did not start: {ready}")
             go.set()
             for i in ids[100:]:  # more steers while the four processes take
                 await store.steer(sid, Steer(f"text {i}", i))
             produced.set()
             results = [await loop.run_in_executor(None, out.get, True, 120) for _ in workers]
+            for got in results:
+                _expect(isinstance(got, list), str(got))
         finally:
             go.set()
             produced.set()

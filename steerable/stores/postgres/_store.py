@@ -48,16 +48,22 @@ WITH stored AS (
         FOR UPDATE
     )
     RETURNING seq, id, body
+), fresh AS (
+    -- a steer already recorded another way (a run's own box) is taken, not recorded again
+    SELECT seq, id, body FROM took
+    WHERE id <> ALL($3::text[]) AND NOT EXISTS (
+        SELECT FROM steerable_messages m WHERE m.session = $1 AND m.id = took.id
+    )
 ), new AS (
     SELECT m.i - 1 AS i, m.id, m.body
     FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS m (id, body, i)
     UNION ALL
-    SELECT cardinality($3::text[]) + row_number() OVER (ORDER BY seq) - 1, id, body FROM took
+    SELECT cardinality($3::text[]) + row_number() OVER (ORDER BY seq) - 1, id, body FROM fresh
 ), written AS (
     INSERT INTO steerable_messages (session, position, id, body)
     SELECT $1, ok.n + new.i, new.id, new.body FROM ok, new ORDER BY new.i
 )
-SELECT stored.n, took.id, took.body FROM stored LEFT JOIN took ON true ORDER BY took.seq
+SELECT stored.n, fresh.id, fresh.body FROM stored LEFT JOIN fresh ON true ORDER BY fresh.seq
 """
 
 _LENGTH = "SELECT coalesce(max(position) + 1, 0) FROM steerable_messages WHERE session = $1"
