@@ -1,0 +1,133 @@
+"""The MySQL/MariaDB schema of steerable: tables and the one stored procedure.
+
+The application applies :data:`SCHEMA` (each statement once, in order, with any client);
+steerable runs none of it. Every statement is idempotent, so applying it again is safe.
+
+Why a stored procedure: a save-and-take must check the transcript's length, append the
+new messages, take waiting steers and record them, all in one transaction. Done from the
+client that is six statements or more, each a round trip; ``steerable_save_v1`` does it
+server side and is called once, so a step costs one round trip, steered or not. (One
+multi-statement text could do it too, but it has no IF: a conflict would have to be
+forced into an error by a trick, and MySQL has no anonymous block to hold the logic.)
+Its name carries the schema version: a later schema adds ``_v2`` beside it, and a
+database missing the procedure tells the caller plainly which schema to apply. It runs
+with the caller's rights (``SQL SECURITY INVOKER``): the application's user needs
+SELECT, INSERT and UPDATE on the three tables and EXECUTE on the procedure.
+
+MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
+``JSON_TABLE``, window functions, ``SIGNAL`` and ``CREATE PROCEDURE IF NOT EXISTS``
+(MySQL before 8.0.29 lacks the last; drop ``IF NOT EXISTS`` there).
+"""
+
+from __future__ import annotations
+
+__all__ = ["CONFLICT", "SAVE", "SCHEMA", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+"""The version of :data:`SCHEMA`; the store calls the procedure of this version."""
+
+SAVE = f"steerable_save_v{SCHEMA_VERSION}"
+"""The stored procedure that appends messages and takes steers."""
+
+CONFLICT = "steerable: transcript conflict, stored "
+"""How ``SAVE`` starts the message of the error it raises on a conflict; the count follows."""
+
+# Ids are their UTF-8 bytes (up to 255 characters): they compare byte for byte, so "a" and
+# "A", "e\u0301" and "\u00e9", "a" and "a " are distinct ids. utf8mb4_bin would not do: it
+# is a PAD SPACE collation, equal for "a" and "a " (and its NO PAD twin is spelled
+# utf8mb4_nopad_bin on MariaDB and utf8mb4_0900_bin on MySQL).
+_ID = "VARBINARY(1020) NOT NULL"
+# a message's codec text: LONGTEXT, never a JSON column (it would rewrite the text)
+_BODY = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+_TABLE = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+SCHEMA: list[str] = [
+    # One row per session that was ever written: the lock every save of the session takes
+    # first, so writers and takers of one session queue up instead of racing.
+    f"""CREATE TABLE IF NOT EXISTS steerable_sessions (
+    session {_ID},
+    PRIMARY KEY (session)
+) {_TABLE}""",
+    f"""CREATE TABLE IF NOT EXISTS steerable_messages (
+    session  {_ID},
+    position BIGINT NOT NULL,
+    id       {_ID},
+    body     {_BODY},
+    PRIMARY KEY (session, position),
+    UNIQUE KEY steerable_messages_id (session, id)
+) {_TABLE}""",
+    # A steer keeps its message's codec text, made when it is left, so the procedure can
+    # record it by copying; ``taken_at`` is the position it was recorded at, NULL while it
+    # waits. The row stays after the take: a steer id seen before is ignored forever.
+    f"""CREATE TABLE IF NOT EXISTS steerable_steers (
+    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+    session  {_ID},
+    id       {_ID},
+    body     {_BODY},
+    taken_at BIGINT NULL,
+    PRIMARY KEY (seq),
+    UNIQUE KEY steerable_steers_id (session, id),
+    KEY steerable_steers_waiting (session, taken_at, seq)
+) {_TABLE}""",
+    f"""CREATE PROCEDURE IF NOT EXISTS {SAVE}(
+    IN p_session VARBINARY(1020),
+    IN p_at BIGINT,
+    IN p_take INT,
+    IN p_messages LONGTEXT CHARACTER SET utf8mb4
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'steerable: append messages at p_at (NULL: at the end), take up to p_take steers'
+BEGIN
+    DECLARE v_end BIGINT;
+    DECLARE v_mark BIGINT;
+    DECLARE v_taken INT DEFAULT 0;
+    DECLARE v_error VARCHAR(128);
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    -- the session's lock: an exclusive row lock (on a duplicate key too) that every writer
+    -- of the session holds until it commits
+    INSERT INTO steerable_sessions (session) VALUES (p_session)
+        ON DUPLICATE KEY UPDATE session = session;
+    -- mark the steers to take (-1: being taken, seen by no one else before COMMIT); an
+    -- UPDATE locks them exclusively at once, where a SELECT would share-lock and upgrade
+    IF p_take > 0 THEN
+        UPDATE steerable_steers SET taken_at = -1
+            WHERE session = p_session AND taken_at IS NULL ORDER BY seq LIMIT p_take;
+        SET v_taken = ROW_COUNT();
+    END IF;
+    -- the transaction's first plain read, so its snapshot is taken now, under the lock:
+    -- every earlier writer of the session has committed, and no later one can write
+    SELECT COALESCE(MAX(position) + 1, 0) INTO v_end
+        FROM steerable_messages WHERE session = p_session;
+    IF p_at IS NOT NULL AND p_at <> v_end THEN
+        SET v_error = CONCAT('{CONFLICT}', v_end);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_error;
+    END IF;
+    -- p_messages is a JSON array of [id, codec text] pairs; each text is a JSON string in
+    -- it, so it comes out exactly as the client encoded it
+    INSERT INTO steerable_messages (session, position, id, body)
+        SELECT p_session, v_end + m.n - 1, m.id, m.body
+        FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (
+            n FOR ORDINALITY,
+            id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+            body LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]'
+        )) AS m;
+    SET v_mark = v_end + JSON_LENGTH(p_messages);
+    IF v_taken > 0 THEN
+        INSERT INTO steerable_messages (session, position, id, body)
+            SELECT session, v_mark - 1 + ROW_NUMBER() OVER (ORDER BY seq), id, body
+            FROM steerable_steers WHERE session = p_session AND taken_at = -1;
+        UPDATE steerable_steers AS s
+            JOIN steerable_messages AS m ON m.session = s.session AND m.id = s.id
+            SET s.taken_at = m.position
+            WHERE s.session = p_session AND s.taken_at = -1;
+    END IF;
+    -- answered before COMMIT so that nothing runs after it: on a connection without
+    -- autocommit, a statement after COMMIT would open a transaction and leave it open
+    SELECT id, body FROM steerable_messages
+        WHERE session = p_session AND position >= v_mark ORDER BY position;
+    COMMIT;
+END""",
+]
+"""The DDL of the MySQL/MariaDB store, one statement each, in the order to apply them."""

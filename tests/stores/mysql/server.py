@@ -1,0 +1,74 @@
+"""The MySQL/MariaDB server the tests use, and a fresh database on it for this test run.
+
+Where the server is comes from the environment (``STEERABLE_MYSQL_HOST``, ``_PORT``,
+``_USER``, ``_PASSWORD``); the database is new for every run (``DATABASE``), created and
+dropped by ``conftest.py``, so runs never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiomysql  # type: ignore[import-untyped]
+
+from steerable.stores.mysql import MySQLStore
+
+HOST = os.environ.get("STEERABLE_MYSQL_HOST", "127.0.0.1")
+PORT = int(os.environ.get("STEERABLE_MYSQL_PORT", "3306"))
+USER = os.environ.get("STEERABLE_MYSQL_USER", "root")
+PASSWORD = os.environ.get("STEERABLE_MYSQL_PASSWORD", "")
+
+# A child process imports this module again and draws another name: the name travels to
+# it inside the pickled factory instead (see ``open_store``).
+DATABASE = f"steerable_test_{secrets.token_hex(6)}"
+
+
+async def create_pool(database: str | None = DATABASE, **options: Any) -> Any:
+    """An aiomysql pool on the test server; ``options`` override the pool's settings."""
+    settings: dict[str, Any] = {
+        "host": HOST,
+        "port": PORT,
+        "user": USER,
+        "password": PASSWORD,
+        "db": database,
+        "minsize": 0,
+        "maxsize": 10,
+        "connect_timeout": 5,
+    }
+    settings.update(options)
+    return await aiomysql.create_pool(**settings)
+
+
+@asynccontextmanager
+async def pool_on(database: str | None = DATABASE, **options: Any) -> AsyncIterator[Any]:
+    """``create_pool``, closed at the end of the block."""
+    pool = await create_pool(database, **options)
+    try:
+        yield pool
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+@asynccontextmanager
+async def open_store(database: str, **options: Any) -> AsyncIterator[MySQLStore]:
+    """A store over a pool of its own on ``database``; picklable with functools.partial."""
+    async with pool_on(database, **options) as pool:
+        yield MySQLStore(pool)
+
+
+async def query(sql: str, args: tuple[Any, ...] = (), *, database: str | None = DATABASE) -> Any:
+    """Run one statement on a connection of its own (autocommit) and return its rows."""
+    conn = await aiomysql.connect(
+        host=HOST, port=PORT, user=USER, password=PASSWORD, db=database, autocommit=True
+    )
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(sql, args or None)
+            return await cur.fetchall()
+    finally:
+        conn.close()

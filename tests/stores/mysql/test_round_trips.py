@@ -1,0 +1,73 @@
+"""A step nobody steers costs one round trip: the save and the take are one statement.
+
+Counted by the server: ``Questions`` counts the statements a client sent on its
+connection (not those a stored procedure runs), read before and after on the pool's only
+connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from steerable.messages import new_id, user
+from steerable.store import Steer
+from steerable.stores.mysql import MySQLStore
+from tests.stores.mysql import server
+
+
+async def _questions(pool: Any) -> tuple[int, int]:
+    """The connection's id and its ``Questions`` count, this SHOW excluded."""
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        await cur.execute("SHOW SESSION STATUS LIKE 'Questions'")
+        (_, count), *_ = await cur.fetchall()
+        return conn.thread_id(), int(count) - 1
+
+
+async def _statements(pool: Any, work: Any) -> int:
+    thread, before = await _questions(pool)
+    await work()
+    same, after = await _questions(pool)
+    assert same == thread, "the pool changed connections: the count is not one session's"
+    return after - before - 1  # the SHOW of the first count
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
+async def test_a_save_and_take_is_one_statement(autocommit: bool) -> None:
+    sid = f"mysql-{new_id()}"
+    async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
+        store = MySQLStore(pool)
+        at = 0
+        for step in range(3):  # nobody steers: each step saves and finds no steer
+            batch = [user(f"step {step}"), user(f"tool results {step}")]
+
+            async def step_save(batch: Any = batch, at: int = at) -> None:
+                assert await store.save(sid, batch, at=at, take=16) == []
+
+            assert await _statements(pool, step_save) == 1
+            at += len(batch)
+        await store.steer(sid, Steer("now someone steers"))
+
+        async def steered() -> None:
+            assert len(await store.save(sid, [user("more")], at=at, take=16)) == 1
+
+        assert await _statements(pool, steered) == 1  # and taking one costs nothing more
+
+        async def take() -> None:
+            await store.take_steers(sid, at=None, limit=16)
+
+        assert await _statements(pool, take) == 1
+        assert len(await store.messages(sid)) == 8
+
+
+async def test_the_other_verbs_are_one_statement_with_autocommit() -> None:
+    sid = f"mysql-{new_id()}"
+    async with server.pool_on(maxsize=1, autocommit=True) as pool:
+        store = MySQLStore(pool)
+        for work in (
+            lambda: store.steer(sid, Steer("s")),
+            lambda: store.steers(sid),
+            lambda: store.messages(sid),
+        ):
+            assert await _statements(pool, work) == 1

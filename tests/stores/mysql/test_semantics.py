@@ -1,0 +1,211 @@
+"""What the MySQL store adds to the contract: ids, the stored form, pools, the schema."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import steerable
+from steerable import codec
+from steerable.errors import (
+    CorruptRecord,
+    InvalidMessage,
+    StoreUnavailable,
+    TranscriptConflict,
+    UsageError,
+)
+from steerable.messages import Message, ToolCall, new_id, user
+from steerable.store import Steer
+from steerable.stores.mysql import SCHEMA, SCHEMA_VERSION, MySQLStore
+from tests.stores.mysql import server
+
+
+def _sid() -> str:
+    return f"mysql-{new_id()}"
+
+
+async def test_a_save_that_does_not_extend_the_transcript_is_rejected(store: MySQLStore) -> None:
+    sid = _sid()
+    async with server.open_store(server.DATABASE) as other:
+        await store.save(sid, [user("a"), user("b")], at=0)
+        await store.steer(sid, Steer("waiting", "s-1"))
+        # the other writer last saw one message; then one it has not seen yet: both stale
+        for at in (1, 3):
+            with pytest.raises(TranscriptConflict) as caught:
+                await other.save(sid, [user("late")], at=at, take=16)
+            assert (caught.value.expected, caught.value.stored) == (at, 2)
+        assert [m.text for m in await store.messages(sid)] == ["a", "b"]
+        assert [s.id for s in await store.steers(sid)] == ["s-1"]
+        # having reloaded, it extends what is stored
+        assert [m.id for m in await other.save(sid, [user("c")], at=2, take=16)] == ["s-1"]
+    assert [m.text for m in await store.messages(sid)] == ["a", "b", "c", "waiting"]
+
+
+async def test_ids_that_differ_only_by_trailing_spaces_are_distinct(store: MySQLStore) -> None:
+    # utf8mb4_bin pads with spaces: "x" and "x " would be one key; the ids are VARBINARY
+    sid = _sid()
+    await store.save(sid, [user("1", id="x"), user("2", id="x ")], at=0)
+    await store.save(sid + " ", [user("other session", id="x")], at=0)
+    await store.steer(sid, Steer("s", "s"))
+    await store.steer(sid, Steer("s with a space", "s "))
+    assert [m.id for m in await store.messages(sid)] == ["x", "x "]
+    assert [m.text for m in await store.messages(sid + " ")] == ["other session"]
+    assert [s.id for s in await store.steers(sid)] == ["s", "s "]
+
+
+async def test_the_stored_body_is_the_codec_text_in_a_text_column(store: MySQLStore) -> None:
+    sid = _sid()
+    message = Message("assistant", (ToolCall("c", "f", '{"z":1,"a":[1, 2],"z":3}'),))
+    await store.save(sid, [user("é 😀 \x00"), message], at=0)
+    rows = await server.query(
+        "SELECT body FROM steerable_messages WHERE session = %s ORDER BY position", (sid,)
+    )
+    assert rows[1][0] == codec.encode(message)
+    assert '"args":"{\\"z\\":1,\\"a\\":[1, 2],\\"z\\":3}"' in rows[1][0]
+    types = await server.query(
+        "SELECT TABLE_NAME, DATA_TYPE FROM information_schema.COLUMNS"
+        " WHERE TABLE_SCHEMA = %s AND COLUMN_NAME = 'body'",
+        (server.DATABASE,),
+    )
+    assert {t for _, t in types} == {"longtext"}
+
+
+async def test_a_corrupted_row_is_a_corrupt_record(store: MySQLStore) -> None:
+    sid = _sid()
+    await store.save(sid, [user("fine")], at=0)
+    await store.steer(sid, Steer("fine too"))
+    await server.query("UPDATE steerable_messages SET body = '{\"v\":1' WHERE session = %s", (sid,))
+    await server.query("UPDATE steerable_steers SET body = 'garbage' WHERE session = %s", (sid,))
+    with pytest.raises(CorruptRecord, match="position 0"):
+        await store.messages(sid)
+    with pytest.raises(CorruptRecord):
+        await store.steers(sid)
+
+
+async def test_reads_are_current_on_a_pool_without_autocommit() -> None:
+    # a read with autocommit off opens a snapshot the server does not flag, and aiomysql's
+    # pool keeps the connection with it: the next read on it would see the past
+    sid = _sid()
+    async with (
+        server.open_store(server.DATABASE, maxsize=1, autocommit=False) as reader,
+        server.open_store(server.DATABASE, autocommit=True) as writer,
+    ):
+        assert await reader.messages(sid) == []
+        assert await reader.steers(sid) == []
+        await writer.save(sid, [user("a")], at=0)
+        await writer.steer(sid, Steer("s"))
+        assert [m.text for m in await reader.messages(sid)] == ["a"]
+        assert [s.text for s in await reader.steers(sid)] == ["s"]
+        await reader.steer(sid, Steer("t"))  # committed, though the pool does not autocommit
+        assert [s.text for s in await writer.steers(sid)] == ["s", "t"]
+
+
+async def test_a_pool_with_autocommit_and_str_results_works_too() -> None:
+    sid = _sid()
+    text = "astral 😀\U0001d518, combining e\u0301"
+    async with server.open_store(server.DATABASE, autocommit=True, charset="utf8mb4") as store:
+        await store.steer(sid, Steer(text, "s-😀"))
+        taken = await store.save(sid, [user(text, id="m-😀")], at=0, take=16)
+        assert taken == [Steer(text, "s-😀").message()]
+        back = await store.messages(sid)
+    assert [(m.id, m.text) for m in back] == [("m-😀", text), ("s-😀", text)]
+
+
+async def test_a_pool_whose_connections_are_not_utf8mb4_is_refused() -> None:
+    sid = _sid()
+    async with server.open_store(server.DATABASE, charset="utf8") as store:
+        with pytest.raises(UsageError, match="charset='utf8mb4'"):
+            await store.save(sid, [user("😀")], at=0)
+    assert await server.query("SELECT 1 FROM steerable_messages WHERE session = %s", (sid,)) == ()
+
+
+async def test_ids_past_255_characters_are_refused_clearly(store: MySQLStore) -> None:
+    sid = _sid()
+    await store.save(sid, [user("255 astral characters", id="😀" * 255)], at=0)
+    with pytest.raises(InvalidMessage, match="at most 255"):
+        await store.save(sid, [user("x", id="i" * 256)], at=1)
+    with pytest.raises(UsageError, match="at most 255"):
+        await store.messages("s" * 256)
+    with pytest.raises(UsageError, match="at most 255"):
+        await store.steer(sid, Steer("x", "s" * 256))
+    assert [m.id for m in await store.messages(sid)] == ["😀" * 255]
+
+
+async def test_positions_and_limits_past_the_column_types(store: MySQLStore) -> None:
+    sid = _sid()
+    await store.steer(sid, Steer("s"))
+    with pytest.raises(TranscriptConflict):
+        await store.save(sid, [user("a")], at=2**70)
+    assert len(await store.take_steers(sid, at=0, limit=2**70)) == 1
+
+
+async def test_a_database_without_the_schema_says_what_to_apply() -> None:
+    database = f"{server.DATABASE}_empty"
+    await server.query(f"CREATE DATABASE {database}", database=None)
+    try:
+        async with server.open_store(database) as store:
+            for call in (
+                lambda: store.messages("s"),
+                lambda: store.save("s", [user("a")], at=0),
+                lambda: store.steer("s", Steer("x")),
+            ):
+                with pytest.raises(
+                    StoreUnavailable, match=r"apply steerable\.stores\.mysql\.SCHEMA"
+                ):
+                    await call()
+    finally:
+        await server.query(f"DROP DATABASE {database}", database=None)
+
+
+async def test_the_schema_is_utf8mb4_innodb_and_applies_twice() -> None:
+    assert SCHEMA_VERSION == 1
+    assert all(isinstance(s, str) and s.strip() for s in SCHEMA)
+    tables = await server.query(
+        "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION FROM information_schema.TABLES"
+        " WHERE TABLE_SCHEMA = %s",
+        (server.DATABASE,),
+    )
+    assert sorted(tables) == [
+        (f"steerable_{t}", "InnoDB", "utf8mb4_bin") for t in ("messages", "sessions", "steers")
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the server notes that each one already exists
+        for statement in SCHEMA:
+            await server.query(statement)
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(steerable.__file__).parents[1])}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_without_aiomysql_the_import_names_the_extra() -> None:
+    run = _python("import sys; sys.modules['aiomysql'] = None; import steerable.stores.mysql")
+    assert run.returncode != 0
+    assert "ImportError: steerable.stores.mysql needs the aiomysql driver" in run.stderr
+    assert "pip install 'steerable[mysql]'" in run.stderr
+
+
+def test_the_core_does_not_load_the_driver() -> None:
+    run = _python(
+        "import sys, steerable, steerable.store, steerable.stores, steerable.testing\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiomysql', 'pymysql')))"
+    )
+    assert run.stdout.strip() == "[]", run.stderr
+
+
+async def test_the_package_exports_what_it_says(pool: Any) -> None:
+    import steerable.stores.mysql as package
+
+    assert sorted(package.__all__) == ["MySQLStore", "SCHEMA", "SCHEMA_VERSION"]
+    assert isinstance(MySQLStore(pool), MySQLStore)
+    with pytest.raises(UsageError, match="aiomysql pool"):
+        MySQLStore("mysql://root@localhost/test")  # type: ignore[arg-type]
