@@ -115,9 +115,15 @@ BEGIN
         )) AS m;
     SET v_mark = v_end + JSON_LENGTH(p_messages);
     IF v_taken > 0 THEN
+        -- a steer whose id the transcript holds already (recorded another way, or in this
+        -- very save) is taken but not recorded again
         INSERT INTO steerable_messages (session, position, id, body)
             SELECT session, v_mark - 1 + ROW_NUMBER() OVER (ORDER BY seq), id, body
-            FROM steerable_steers WHERE session = p_session AND taken_at = -1;
+            FROM steerable_steers AS s
+            WHERE session = p_session AND taken_at = -1 AND NOT EXISTS (
+                SELECT 1 FROM steerable_messages AS m
+                WHERE m.session = p_session AND m.id = s.id);
+        -- every taken steer points at the message that records it
         UPDATE steerable_steers AS s
             JOIN steerable_messages AS m ON m.session = s.session AND m.id = s.id
             SET s.taken_at = m.position

@@ -263,8 +263,8 @@ def _error(exc: BaseException, session: str, at: int | None) -> StoreError | Usa
         return TranscriptConflict(session, stored if at is None else at, stored)
     if code == 1062:
         return InvalidMessage(
-            f"session {session!r}: a message id is already in the transcript (or a waiting"
-            f" steer has the id of a stored message); nothing was saved: {message}"
+            f"session {session!r}: a message id is already in the transcript; nothing was"
+            f" saved: {message}"
         )
     if code in _NO_SCHEMA:
         return StoreUnavailable(
