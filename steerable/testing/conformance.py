@@ -444,6 +444,37 @@ async def _sessions_are_isolated(open_store: OpenStore) -> None:
 
 
 @_case()
+async def _ids_compare_exactly(open_store: OpenStore) -> None:
+    base = _sid()
+    sessions = [f"{base}-a", f"{base}-A", f"{base}-a ", f"{base}-\u00e9", f"{base}-e\u0301"]
+    async with open_store() as store:
+        for sid in sessions:
+            await store.save(sid, [user(sid, id="m"), user("x", id="m ")], at=0)
+            await store.steer(sid, Steer(sid, "s"))
+            await store.steer(sid, Steer("other", "S"))
+        for sid in sessions:
+            back = await store.messages(sid)
+            _expect([m.text for m in back] == [sid, "x"], f"session {sid!r} read {back!r}")
+            _expect([m.id for m in back] == ["m", "m "], f"ids {[m.id for m in back]!r}")
+            steers = await store.steers(sid)
+            _expect([(s.id, s.text) for s in steers] == [("s", sid), ("S", "other")], "steers")
+
+
+@_case()
+async def _steer_text_round_trips_exactly(open_store: OpenStore) -> None:
+    sid = _sid()
+    texts = ["😀 astral \U0001d518, e\u0301, trailing space ", "nul \x00 in it", "x" * 100_000]
+    async with open_store() as store:
+        for i, text in enumerate(texts):
+            await store.steer(sid, Steer(text, f"s{i}"))
+        waiting = [s.text for s in await store.steers(sid)]
+        taken = [m.text for m in await store.take_steers(sid, at=0, limit=16)]
+        stored = [m.text for m in await store.messages(sid)]
+    _expect(waiting == texts, "a steer's text changed while it waited")
+    _expect(taken == texts and stored == texts, "a steer's text changed when it was taken")
+
+
+@_case()
 async def _a_missing_session_is_empty(open_store: OpenStore) -> None:
     sid = _sid()
     async with open_store() as store:
