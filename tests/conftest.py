@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -51,21 +51,32 @@ def _is_local(host: object) -> bool:
         return False
 
 
-def _check(address: object) -> None:
-    if isinstance(address, str | bytes):  # a Unix socket path
-        return
-    if isinstance(address, tuple) and address and _is_local(address[0]):
-        return
-    raise HostedNetworkBlocked(
-        f"a test tried to connect to {address!r}; tests only talk to servers on loopback"
-    )
+def _checker(attempts: list[str]) -> Callable[[object], None]:
+    def check(address: object) -> None:
+        if isinstance(address, str | bytes):  # a Unix socket path
+            return
+        if isinstance(address, tuple) and address and _is_local(address[0]):
+            return
+        attempts.append(repr(address))
+        raise HostedNetworkBlocked(
+            f"a test tried to connect to {address!r}; tests only talk to servers on loopback"
+        )
+
+    return check
 
 
 @pytest.fixture(autouse=True)
-def _no_hosted_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Refuse connections (and name lookups) beyond loopback; unset the providers' keys."""
+def hosted_network_attempts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Refuse connections (and name lookups) beyond loopback; unset the providers' keys.
+
+    The refusal raises in the code that connects; a test whose code swallows that error
+    (a run that fails, as a run does when its model raises) still fails, at teardown. The
+    fixture's value is the list of refused addresses: a test of the guard clears it.
+    """
     for key in _KEYS:
         monkeypatch.delenv(key, raising=False)
+    attempts: list[str] = []
+    _check = _checker(attempts)
     connect = socket.socket.connect
     connect_ex = socket.socket.connect_ex
     getaddrinfo = socket.getaddrinfo
@@ -86,4 +97,7 @@ def _no_hosted_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
     monkeypatch.setattr(socket.socket, "connect_ex", guarded_connect_ex)
     monkeypatch.setattr(socket, "getaddrinfo", guarded_getaddrinfo)
-    yield
+    yield attempts
+    monkeypatch.undo()
+    if attempts:
+        pytest.fail(f"the test tried to reach beyond loopback: {', '.join(attempts)}")

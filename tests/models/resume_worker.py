@@ -11,7 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from steerable import Runner, Spec, tool, user
+from steerable import Runner, Spec, Tool, tool, user
 from steerable.models.registry import ProviderModel, model_from_string
 from steerable.session import Session, open_session
 from steerable.stores.sqlite import SQLiteStore
@@ -25,7 +25,7 @@ def make_model(provider: str, base_url: str) -> ProviderModel:
     return model_from_string(spec[provider], base_url=base_url, api_key="test")
 
 
-def tools(session: Session) -> list[object]:
+def tools(session: Session) -> list[Tool]:
     @tool
     async def search(q: str) -> str:
         """Search the files."""
