@@ -42,9 +42,11 @@ class Terminal:
             capture_output=True,
             text=True,
             env=self.env,
-            check=True,
+            check=False,
             timeout=10,
         )
+        if done.returncode != 0:
+            raise AssertionError(f"tmux {args[0]} failed: {done.stderr.strip()}")
         return done.stdout
 
     def start(self, command: str) -> None:
@@ -76,6 +78,8 @@ class Terminal:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, check=False)
+        # A server being killed may still hold its socket: the next start gets a new one.
+        self.socket = f"steerable-test-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
