@@ -226,3 +226,20 @@ async def test_other_providers_reasoning_is_not_sent_to_anthropic() -> None:
     assert server.bodies[0]["messages"][1]["content"] == [
         {"type": "tool_use", "id": "c1", "name": "search", "input": {}}
     ]
+
+
+async def test_a_stop_while_the_reply_streams_closes_the_request_and_keeps_no_half_reply() -> None:
+    slow = anthropic_stream(text_block(*[f"word{i} " for i in range(200)]))
+    slow.pause = 0.02
+    events: list[Event] = []
+    with WireServer(slow) as server:
+        async with model(server) as m:
+            run = Runner.start(Spec(), "talk", m, events=events.append)
+            async for event in run.events():
+                if isinstance(event, TextDelta):
+                    run.stop()
+            result = await run
+    assert result.reason == "stopped"
+    assert [m.text for m in result.transcript] == ["talk"]  # no half reply kept
+    assert 0 < len([e for e in events if isinstance(e, TextDelta)]) < 200
+    assert not transcript_problems(result.transcript)

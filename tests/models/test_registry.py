@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from steerable import ModelSettings, Runner, Spec
+from steerable import Model, ModelSettings, Runner, Spec
 from steerable.errors import UsageError
 from steerable.models.anthropic import AnthropicModel
 from steerable.models.openai import OpenAIChatModel, OpenAIResponsesModel
@@ -45,6 +45,7 @@ async def test_the_explicit_openai_apis_and_anthropic(monkeypatch: pytest.Monkey
     assert isinstance(claude, AnthropicModel)
     assert (claude.name, claude.max_tokens) == ("anthropic:claude-sonnet-4-5", 1000)
     for made in (chat, responses, claude):
+        assert isinstance(made, Model)
         await made.aclose()
 
 

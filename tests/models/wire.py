@@ -51,6 +51,7 @@ class Answer:
     body: bytes = b""
     events: list[bytes] | None = None
     drop_after: int | None = None  # SSE: the connection drops after this many events
+    pause: float = 0.0  # SSE: seconds between events
     hang_up: bool = False  # close the connection without answering
 
 
@@ -140,8 +141,14 @@ def _handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
                 if answer.drop_after is not None and sent >= answer.drop_after:
                     self._drop()
                     return
-                self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
-                self.wfile.flush()
+                if sent and answer.pause:
+                    time.sleep(answer.pause)
+                try:
+                    self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
+                    self.wfile.flush()
+                except OSError:  # the client went away (a stopped run)
+                    self.close_connection = True
+                    return
             self.wfile.write(b"0\r\n\r\n")
 
         def _drop(self) -> None:
