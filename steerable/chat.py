@@ -9,8 +9,11 @@ While the agent is idle, a line starts a turn. While it works:
 a plain line    a steer: it joins the turn at its next step (shown when taken)
 ``/queue TEXT`` TEXT waits and becomes the next turn
 ``/stop``       stops the turn now (Ctrl-C too)
-``/quit``       stops the turn and leaves (Ctrl-D too)
+``/quit``       stops the turn and leaves
 ==============  ==================================================================
+
+At the end of input (Ctrl-D, or a pipe) the chat answers the running and queued turns, then
+leaves.
 
 A steer is left in the session's store, so one typed just as the agent writes its final
 answer is not lost: it is answered as a turn of its own right after. ``/help`` lists this.
@@ -60,7 +63,7 @@ See docs/models.md for the providers and docs/chat.md for the chat's commands.
 HELP = """\
   a line while the agent works: a steer, joining the turn at its next step
   /queue TEXT   make TEXT the next turn        /stop   stop the turn (Ctrl-C)
-  /quit         leave (Ctrl-D)                 /help   this
+  /quit         leave now (Ctrl-D: when done)  /help   this
 """
 
 PROMPT = "you> "
@@ -247,7 +250,8 @@ class Conversation:
         self.model = model
         self.terminal = terminal
         self.queued: list[str] = []
-        self.quitting = False
+        self.quitting = False  # /quit: leave now
+        self.input_ended = False  # end of input: leave once the work asked for is done
         self.run: Run | None = None
         self._line: asyncio.Task[str | None] | None = None
 
@@ -279,6 +283,8 @@ class Conversation:
                 text = self.queued.pop(0)
                 self.terminal.note(f"{PROMPT}{text}  (queued)", dim=False)
                 return text
+            if self.input_ended:
+                return None
             self.terminal.prompt()
             line = await self._read_line()
             self.terminal.typed()
@@ -298,10 +304,13 @@ class Conversation:
                 return line.strip()
 
     async def _read_line(self) -> str | None:
+        if self.input_ended:
+            return None
         if self._line is None:
             self._line = asyncio.ensure_future(self.terminal.lines.get())
         line = await self._line
         self._line = None
+        self.input_ended = line is None
         return line
 
     async def turn(self, messages: Sequence[Message]) -> None:
@@ -322,6 +331,9 @@ class Conversation:
         ended: asyncio.Future[Result] = asyncio.ensure_future(_result(run))
         try:
             while not ended.done():
+                if self.input_ended:
+                    await asyncio.wait({ended})
+                    break
                 if self._line is None:
                     self._line = asyncio.ensure_future(self.terminal.lines.get())
                 waiting: set[asyncio.Future[Any]] = {ended, self._line}
@@ -337,8 +349,11 @@ class Conversation:
 
     async def _during_turn(self, line: str | None, run: Run) -> None:
         note = self.terminal.note
+        if line is None:  # the turn, and any queued, are answered before the chat leaves
+            self.input_ended = True
+            return
         self.terminal.typed()
-        if line is None or line.strip() == "/quit":
+        if line.strip() == "/quit":
             self.quitting = True
             run.stop()
             return

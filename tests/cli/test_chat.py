@@ -17,6 +17,7 @@ from steerable.models.base import ModelRequest
 from steerable.models.scripted import call
 from steerable.session import Session, open_session
 from steerable.stores.memory import MemoryStore
+from tests.models.wire import WireServer, chat_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,3 +112,22 @@ async def test_started_on_a_turn_left_halfway_it_carries_the_turn_on() -> None:
     assert "resumed: 3 messages so far" in out.getvalue()
     assert "carrying on the interrupted turn" in out.getvalue()
     assert [m.text for m in await session.messages()][-1] == "done"
+
+
+def test_piped_input_is_answered_before_the_chat_leaves(tmp_path: Path) -> None:
+    with WireServer(chat_stream(["Hello ", "there."]), chat_stream(["Queued answer."])) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+        command = [sys.executable, "-m", "steerable.cli", "chat", "--store", str(tmp_path / "c.db")]
+        model = ["--model", "openai:m", "--base-url", f"{server.url}/v1"]
+        done = subprocess.run(
+            [*command, *model],
+            cwd=ROOT,
+            env=env,
+            input="hi\n/queue and then?\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "Hello there." in done.stdout and "Queued answer." in done.stdout
+    assert [b["messages"][-1]["content"] for b in server.bodies] == ["hi", "and then?"]
