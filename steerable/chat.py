@@ -30,7 +30,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -169,7 +169,7 @@ class Terminal:
         self._echoed = os.isatty(0)  # a terminal shows what is typed, Enter included
 
     @contextlib.contextmanager
-    def reading(self) -> Any:
+    def reading(self) -> Iterator[None]:
         """Read stdin on a thread, one line at a time, for as long as the chat runs."""
         loop = asyncio.get_running_loop()
         thread = threading.Thread(target=self._read, args=(loop,), daemon=True)
@@ -384,7 +384,7 @@ class Conversation:
             self.terminal.note(f"  [{result.reason.replace('_', ' ')}] ({tokens})", dim=False)
 
     @contextlib.contextmanager
-    def _interrupts(self) -> Any:
+    def _interrupts(self) -> Iterator[None]:
         """Ctrl-C stops a running turn, or leaves when none runs."""
         loop = asyncio.get_running_loop()
 

@@ -30,6 +30,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "steerable.models.anthropic needs the anthropic package: pip install 'steerable[anthropic]'"
     ) from exc
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -282,7 +283,8 @@ class _Block:
             block["signature"] = str(block.get("signature", "")) + "".join(self.signature)
             return Reasoning(block["thinking"], PROVIDER, compact_json(block))
         if self.pieces and "input" in block:  # a server tool's streamed input
-            block["input"] = json.loads(joined)
+            with contextlib.suppress(ValueError):
+                block["input"] = json.loads(joined)
         return Reasoning("", PROVIDER, compact_json(block))
 
 
