@@ -10,7 +10,7 @@ import pytest
 
 from steerable import Message, ModelSettings, Runner, Spec, transcript_problems, user
 from steerable.errors import ProviderError
-from steerable.events import Event, TextDelta
+from steerable.events import Event, Replied, TextDelta
 from steerable.messages import Reasoning, Text, ToolCall, ToolResult
 from steerable.models.base import Usage
 from steerable.models.openai import OpenAIChatModel
@@ -114,6 +114,7 @@ async def test_text_deltas_reach_the_events_as_they_arrive() -> None:
         async with model(server) as m:
             result = await Runner.run(Spec(), "hi", m, events=events.append)
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo ", "there"]
+    assert [e.usage for e in events if isinstance(e, Replied)] == [Usage(11, 7, 1)]
     assert result.output == "Hello there"
     assert result.transcript[-1].parts == (Text("Hello there"),)
 
