@@ -115,19 +115,28 @@ async def mysql_database(tag: str) -> AsyncIterator[Database]:
 
 
 @contextlib.asynccontextmanager
-async def mongodb_database(tag: str) -> AsyncIterator[tuple[Any, Any]]:
-    """``(client, database)``: a new database on the MongoDB server, dropped on exit."""
+async def mongodb_database(tag: str, pool: int = 100) -> AsyncIterator[tuple[Any, Any, str]]:
+    """``(client, database, server)``: a new database on the MongoDB server, dropped on exit.
+
+    ``server`` names what answered: MongoDB and its version, or a look-alike (SecantusDB,
+    the tests' wire-protocol server, whose speed is not MongoDB's).
+    """
     pymongo = driver("pymongo", "mongodb")
-    client = pymongo.AsyncMongoClient(MONGO_URL, serverSelectionTimeoutMS=2000)
+    client = pymongo.AsyncMongoClient(MONGO_URL, serverSelectionTimeoutMS=2000, maxPoolSize=pool)
     try:
         try:
-            await client.admin.command("ping")
+            info = await client.admin.command("buildInfo")
         except pymongo.errors.PyMongoError as exc:
             reason = str(exc).split(" (configured timeouts")[0][:120]
             raise Unavailable(f"MongoDB at {MONGO_URL} does not answer: {reason}") from exc
+        server = f"MongoDB {info.get('version')}"
+        if "secantusVersion" in info:
+            server = (
+                f"SecantusDB {info['secantusVersion']} (MongoDB wire protocol, written in Python)"
+            )
         name = _name(tag)
         try:
-            yield client, client[name]
+            yield client, client[name], server
         finally:
             await client.drop_database(name)
     finally:

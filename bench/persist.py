@@ -5,8 +5,10 @@ holding a tool call (about 1 KB of arguments) and one tool result (about 1 KB). 
 system starts from a stored transcript of N messages (the prompt and N/2 earlier steps of
 the same shape), takes ``--warm`` steps that are not measured, then ``--steps`` measured
 ones. Repetitions are interleaved: each repetition runs every system at every size once, in
-a rotating order, so the noise of a shared machine falls on all of them alike. Figures are
-medians over all measured steps.
+a rotating order, so the noise of a shared machine falls on all of them alike; the page cache
+is flushed (``sync``) before each, so no system's fsyncs pay for another's writes. Times are
+medians over all measured steps; bytes are means (they include the periodic costs, such as a
+SQLite WAL checkpoint, that a median would hide).
 
 Per step, each system is timed on exactly the persistence its own loop does:
 
@@ -38,6 +40,7 @@ import asyncio
 import contextlib
 import inspect
 import json
+import os
 import tempfile
 import time
 import uuid
@@ -480,8 +483,8 @@ async def mysql_backend() -> AsyncIterator[Backend]:
 @contextlib.asynccontextmanager
 async def mongodb_backend() -> AsyncIterator[Backend]:
     """steerable, naive and the Agents SDK on a fresh MongoDB database."""
-    async with mongodb_database("persist") as (client, db):
-        backend = Backend("MongoDB")
+    async with mongodb_database("persist") as (client, db, server):
+        backend = Backend(server)
         backend.notes.append("LangGraph skipped: langgraph-checkpoint-mongodb is not a peer here")
         backend.systems.append(Steerable(steerable_mongodb(db)))
         backend.systems.append(Naive(NaiveMongo(db)))
@@ -521,6 +524,8 @@ async def measure(backend: Backend, args: argparse.Namespace) -> Results:
         shift = rep * (len(backend.systems) + 1) % len(runs)
         chats = {m: conversation(m, args.warm + args.steps, payloads) for m in args.sizes}
         for system, messages in runs[shift:] + runs[:shift]:
+            # flush what the last system left dirty, or this one's fsyncs would pay for it
+            await asyncio.to_thread(os.sync)
             samples = await system.measure(chats[messages], args.warm)
             results.setdefault((system.name, messages), []).extend(samples)
     return results
@@ -571,7 +576,7 @@ def _median(results: Results, name: str, messages: int) -> float:
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
-    parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions")
+    parser.add_argument("--reps", type=int, default=12, help="interleaved repetitions")
     parser.add_argument("--steps", type=int, default=5, help="measured steps per repetition")
     parser.add_argument("--warm", type=int, default=2, help="unmeasured steps first")
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))

@@ -53,6 +53,9 @@ from steerable.stores.sqlite import SQLiteStore
 
 SENDERS_LIVE = 5
 
+Opener = Callable[[contextlib.AsyncExitStack[Any], int], Awaitable[tuple[Store, str]]]
+"""Opens a server store on a fresh database with a pool of the given size: (store, note)."""
+
 
 @dataclass
 class Target:
@@ -219,55 +222,58 @@ def report(rows: list[Row]) -> tuple[str, int]:
 async def targets(args: argparse.Namespace) -> AsyncIterator[tuple[list[Target], list[str]]]:
     """The stores to measure, and notes on the backends skipped."""
     notes: list[str] = []
-    found: list[Target] = [Target("memory", [MemoryStore()])]
+    found: list[Target] = [Target("memory", [MemoryStore()])] if "memory" in args.stores else []
     async with contextlib.AsyncExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-steer-")))
-        shared = await SQLiteStore.open(root / "shared.db")
-        stack.push_async_callback(shared.close)
-        found.append(Target("SQLite, 1 store", [shared]))
-        own: list[Store] = []
-        for _ in range(args.takers):
-            one = await SQLiteStore.open(root / "own.db")
-            stack.push_async_callback(one.close)
-            own.append(one)
-        found.append(Target(f"SQLite, {args.takers} stores", own))
-        servers: list[
-            tuple[str, Callable[[contextlib.AsyncExitStack[Any], int], Awaitable[Store]]]
-        ] = [
-            ("Postgres", _postgres),
-            ("MySQL/MariaDB", _mysql),
-            ("MongoDB", _mongodb),
+        if "sqlite" in args.stores:
+            shared = await SQLiteStore.open(root / "shared.db")
+            stack.push_async_callback(shared.close)
+            found.append(Target("SQLite, 1 store", [shared]))
+            own: list[Store] = []
+            for _ in range(args.takers):
+                one = await SQLiteStore.open(root / "own.db")
+                stack.push_async_callback(one.close)
+                own.append(one)
+            found.append(Target(f"SQLite, {args.takers} stores", own))
+        servers: list[tuple[str, str, Opener]] = [
+            ("postgres", "Postgres", _postgres),
+            ("mysql", "MySQL/MariaDB", _mysql),
+            ("mongodb", "MongoDB", _mongodb),
         ]
-        for name, open_target in servers:
+        for key, name, open_target in servers:
+            if key not in args.stores:
+                continue
             try:
-                server_store = await open_target(stack, args.pool)
+                server_store, note = await open_target(stack, args.pool)
             except Unavailable as exc:
                 notes.append(f"{name} skipped: {exc}")
                 continue
             found.append(Target(f"{name}, pool {args.pool}", [server_store]))
+            if note:
+                notes.append(note)
         yield found, notes
 
 
-async def _postgres(stack: contextlib.AsyncExitStack, size: int) -> Store:
+async def _postgres(stack: contextlib.AsyncExitStack, size: int) -> tuple[Store, str]:
     db = await stack.enter_async_context(postgres_database("steer"))
     pool = await postgres_pool(db, size)
     stack.push_async_callback(pool.close)
     store: Store = await steerable_postgres(pool)
-    return store
+    return store, ""
 
 
-async def _mysql(stack: contextlib.AsyncExitStack, size: int) -> Store:
+async def _mysql(stack: contextlib.AsyncExitStack, size: int) -> tuple[Store, str]:
     db = await stack.enter_async_context(mysql_database("steer"))
     pool = await mysql_pool(db, size)
     stack.push_async_callback(close_mysql_pool, pool)
     store: Store = await steerable_mysql(pool)
-    return store
+    return store, ""
 
 
-async def _mongodb(stack: contextlib.AsyncExitStack, size: int) -> Store:
-    _, db = await stack.enter_async_context(mongodb_database("steer"))
+async def _mongodb(stack: contextlib.AsyncExitStack, size: int) -> tuple[Store, str]:
+    _, db, server = await stack.enter_async_context(mongodb_database("steer", size))
     store: Store = steerable_mongodb(db)
-    return store
+    return store, f"MongoDB: the server is {server}"
 
 
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -276,6 +282,8 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--takers", type=int, default=50, help="concurrent takers")
     parser.add_argument("--pool", type=int, default=10, help="server pool connections")
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions")
+    stores = ["memory", "sqlite", "postgres", "mysql", "mongodb"]
+    parser.add_argument("--stores", nargs="+", default=stores, choices=stores)
     return parser.parse_args(argv)
 
 
