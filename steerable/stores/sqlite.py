@@ -34,9 +34,10 @@ CREATE TABLE IF NOT EXISTS steerable_messages (
     session  TEXT    NOT NULL,
     position INTEGER NOT NULL,
     id       TEXT    NOT NULL,
-    body     TEXT    NOT NULL,
-    PRIMARY KEY (session, position)
-) WITHOUT ROWID;
+    body     TEXT    NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS steerable_messages_position
+    ON steerable_messages (session, position);
 CREATE UNIQUE INDEX IF NOT EXISTS steerable_messages_id ON steerable_messages (session, id);
 CREATE TABLE IF NOT EXISTS steerable_steers (
     seq     INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -48,6 +49,10 @@ CREATE TABLE IF NOT EXISTS steerable_steers (
 );
 CREATE INDEX IF NOT EXISTS steerable_steers_waiting ON steerable_steers (session, taken, seq);
 """
+
+# A rowid table, not WITHOUT ROWID: SQLite keeps at most ~1 KB of a WITHOUT ROWID row in
+# its page, so every message over that got a mostly empty overflow page of its own (the
+# file was ~4x its payload). The position index keeps "the end" and ordered reads cheap.
 
 _T = TypeVar("_T")
 

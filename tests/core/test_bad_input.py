@@ -68,7 +68,9 @@ async def test_a_corrupted_row_is_a_corrupt_record_naming_it_and_the_rest_is_int
             await store.messages("s")
         assert [m.text for m in await store.messages("other")] == ["fine"]
     with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT body FROM steerable_messages WHERE session='s'").fetchall()
+        rows = db.execute(
+            "SELECT body FROM steerable_messages WHERE session='s' ORDER BY position"
+        ).fetchall()
     assert len(rows) == 3 and "one" in rows[0][0] and "three" in rows[2][0]
 
 
