@@ -49,6 +49,7 @@ def test_the_public_names_are_exactly_the_intended_ones() -> None:
             "ModelRequest",
             "ModelSettings",
             "Part",
+            "ProviderError",
             "Reasoning",
             "Result",
             "Run",
