@@ -1,0 +1,277 @@
+"""MongoStore: the Store verbs over the documents of :mod:`._layout`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from bson import ObjectId
+from pymongo import ReturnDocument
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, PyMongoError
+
+from steerable import codec
+from steerable.errors import (
+    CorruptRecord,
+    InvalidMessage,
+    StoreError,
+    StoreUnavailable,
+    TranscriptConflict,
+)
+from steerable.messages import Message
+from steerable.store import Steer, check_save, check_session_id, check_steer
+from steerable.stores.mongodb import _layout as layout
+from steerable.stores.mongodb._layout import Entry, Staged
+
+_TOO_LARGE = {10334, 17419, 17420}  # mongod's codes for a document over 16 MiB
+_RACE_RETRIES = 5
+
+
+@contextmanager
+def _reaching(what: str) -> Iterator[None]:
+    """Turn the driver's failures into steerable's store errors, saying what was being done."""
+    try:
+        yield
+    except ConnectionFailure as exc:
+        raise StoreUnavailable(f"MongoDB cannot be reached to {what}: {exc}") from exc
+    except OperationFailure as exc:
+        if exc.code in _TOO_LARGE:
+            raise StoreError(
+                f"cannot {what}: the session's head document would pass MongoDB's 16 MiB limit"
+                f" (too many steers waiting, or too many message ids): {exc}"
+            ) from exc
+        raise StoreUnavailable(f"MongoDB refused to {what}: {exc}") from exc
+    except PyMongoError as exc:
+        raise StoreUnavailable(f"MongoDB failed to {what}: {exc}") from exc
+
+
+class MongoStore:
+    """A :class:`steerable.Store` in a MongoDB database; see the package docstring.
+
+    ``db`` is a database of the application's ``pymongo.AsyncMongoClient``: its pool,
+    timeouts and write concern are the application's choice. Keep the default primary read
+    preference: the store reads what it just wrote.
+    """
+
+    def __init__(self, db: AsyncDatabase[Any]) -> None:
+        if not isinstance(db, AsyncDatabase):
+            raise TypeError(
+                "MongoStore takes a pymongo AsyncDatabase (pymongo.AsyncMongoClient()[name]),"
+                f" not {type(db).__name__}"
+            )
+        self.db = db
+        self._heads: AsyncCollection[Any] = db[layout.SESSIONS]
+        self._chunks: AsyncCollection[Any] = db[layout.CHUNKS]
+        self._blobs: AsyncCollection[Any] = db[layout.BLOBS]
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def messages(self, session: str) -> list[Message]:
+        check_session_id(session)
+        with _reaching(f"read session {session!r}"):
+            head = await self._heads.find_one({"_id": session}, {"n": 1, "base": 1, "tail": 1})
+            if head is None:
+                return []
+            entries = await self._flushed(session, int(head["base"])) + head["tail"]
+            bodies = await self._bodies(entries)
+        if len(entries) != head["n"]:
+            raise CorruptRecord(
+                f"session {session!r} should hold {head['n']} messages; {len(entries)} were found"
+            )
+        return [
+            codec.decode(entry["i"], body, where=f"session {session!r}, position {pos}")
+            for pos, (entry, body) in enumerate(zip(entries, bodies, strict=True))
+        ]
+
+    async def _flushed(self, session: str, base: int) -> list[Entry]:
+        """The entries at positions ``[0, base)``, from the session's chunks."""
+        if base == 0:
+            return []
+        chunks = await self._chunks.find(layout.chunk_range(session, base)).to_list(None)
+        chunks.sort(key=lambda c: c["_id"]["p"])
+        entries: list[Entry] = []
+        for chunk in chunks:
+            if chunk["_id"]["p"] != len(entries):
+                break  # a hole: reported below
+            entries += chunk["m"]
+        if len(entries) != base:
+            raise CorruptRecord(
+                f"session {session!r}: the chunks hold {len(entries)} of its first {base} messages"
+            )
+        return entries
+
+    async def _bodies(self, entries: list[Entry]) -> list[str]:
+        """Each entry's stored text, fetching out-of-line bodies in one query."""
+        refs = [ref for entry in entries for ref in entry.get("r", ())]
+        pieces: dict[ObjectId, str] = {}
+        if refs:
+            async for blob in self._blobs.find({"_id": {"$in": refs}}):
+                pieces[blob["_id"]] = blob["d"]
+        bodies: list[str] = []
+        for entry in entries:
+            if "b" in entry:
+                bodies.append(entry["b"])
+                continue
+            try:
+                bodies.append("".join(pieces[ref] for ref in entry["r"]))
+            except KeyError:
+                raise CorruptRecord(
+                    f"message {entry['i']!r}: part of its body is missing"
+                ) from None
+        return bodies
+
+    async def steers(self, session: str) -> list[Steer]:
+        check_session_id(session)
+        with _reaching(f"read the steers of session {session!r}"):
+            head = await self._heads.find_one({"_id": session}, {"box": 1})
+            box: list[Entry] = head["box"] if head else []
+            bodies = await self._bodies(box)
+        return [
+            Steer(
+                codec.decode(entry["i"], body, where=f"session {session!r}, steer box").text,
+                entry["i"],
+            )
+            for entry, body in zip(box, bodies, strict=True)
+        ]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def steer(self, session: str, steer: Steer) -> None:
+        check_steer(session, steer)
+        staged = layout.stage(session, [(steer.id, codec.encode(steer.message()))])
+        unseen = {"_id": session, "box.i": {"$ne": steer.id}, "ids": {"$ne": steer.id}}
+        update = {"$push": {"box": staged.entries[0]}, "$setOnInsert": layout.new_head()}
+        with _reaching(f"leave a steer for session {session!r}"):
+            await self._write_blobs(staged)
+            try:
+                result = await self._heads.update_one(unseen, update, upsert=True)
+            except DuplicateKeyError:
+                # the head exists but knows this id, or was created meanwhile: ask again
+                result = await self._heads.update_one(unseen, update)
+            if result.matched_count == 0 and result.upserted_id is None:
+                await self._drop_blobs(staged)  # a steer id seen before: nothing to keep
+
+    async def save(
+        self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+    ) -> list[Message]:
+        check_save(session, messages, at, take)
+        ids = [m.id for m in messages]
+        if len(set(ids)) != len(ids):
+            raise InvalidMessage(f"session {session!r}: one message id appears twice in a save")
+        staged = layout.stage(session, [(m.id, codec.encode(m)) for m in messages])
+        return await self._append(session, staged, ids, at, take)
+
+    async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        check_save(session, (), at, limit)
+        return await self._append(session, Staged(), [], at, limit)
+
+    async def _append(
+        self, session: str, staged: Staged, ids: list[str], at: int | None, take: int
+    ) -> list[Message]:
+        """Write the blobs, then commit everything with one conditional findAndModify."""
+        with _reaching(f"save session {session!r}"):
+            if not staged.entries and not take:
+                await self._check_position(session, ids, at)
+                return []
+            await self._write_blobs(staged)
+            try:
+                head = await self._commit(session, staged, ids, at, take)
+            except (TranscriptConflict, InvalidMessage):
+                # surely not committed; after a lost connection it may be, so blobs stay
+                await self._drop_blobs(staged)
+                raise
+            if head is None:
+                return []  # take_steers(at=None) with nothing waiting
+            if head["tb"] >= layout.FLUSH_BYTES:
+                await self._flush(session)
+            took: list[Entry] = head["took"]
+            bodies = await self._bodies(took)
+        return [
+            codec.decode(entry["i"], body, where=f"session {session!r}, a steer taken")
+            for entry, body in zip(took, bodies, strict=True)
+        ]
+
+    async def _commit(
+        self, session: str, staged: Staged, ids: list[str], at: int | None, take: int
+    ) -> dict[str, Any] | None:
+        """The one command of a save: append and take if the head holds ``at`` messages.
+
+        Returns the head's ``took`` and ``tb`` after the update, or None when ``at`` is None
+        and no steer waits. Raises TranscriptConflict or InvalidMessage when it cannot apply.
+        """
+        query: dict[str, Any] = {"_id": session}
+        if at is None:
+            query["box.0"] = {"$exists": True}  # nothing waiting: no match and no write
+        else:
+            query["n"] = at
+        if ids:
+            query["ids"] = {"$nin": ids}
+        pipeline = layout.append_pipeline(staged, ids, take)
+        for _ in range(_RACE_RETRIES):
+            try:
+                head: dict[str, Any] | None = await self._heads.find_one_and_update(
+                    query,
+                    pipeline,
+                    projection={"took": 1, "tb": 1},
+                    # the first save creates the head; if one exists, the insert collides
+                    upsert=at == 0,
+                    return_document=ReturnDocument.AFTER,
+                )
+            except DuplicateKeyError:
+                head = None
+            if head is not None or at is None:
+                return head
+            # no match: learn why; a head that has just reached `at` is tried again
+            await self._check_position(session, ids, at)
+        raise StoreError(f"session {session!r}: the save kept missing a head that looks right")
+
+    async def _check_position(self, session: str, ids: list[str], at: int | None) -> None:
+        """Raise TranscriptConflict or InvalidMessage for a save that did not match."""
+        projection: dict[str, Any] = {"n": 1}
+        if ids:
+            projection["ids"] = {"$elemMatch": {"$in": ids}}
+        head = await self._heads.find_one({"_id": session}, projection)
+        stored = int(head["n"]) if head else 0
+        if at is not None and stored != at:
+            raise TranscriptConflict(session, at, stored)
+        if head and head.get("ids"):
+            raise InvalidMessage(
+                f"session {session!r}: message id {head['ids'][0]!r} is already in the transcript"
+            )
+
+    async def _flush(self, session: str) -> None:
+        """Move the head's oldest tail entries into a chunk document.
+
+        The entries are committed, so every flusher of a position writes the same chunk,
+        and the head lets go of them only once the chunk exists: a flusher that dies
+        halfway leaves a chunk that the next flush adopts. A failure here leaves the save
+        done (it was committed before); the next save flushes again.
+        """
+        with suppress(PyMongoError):
+            head = await self._heads.find_one({"_id": session}, {"base": 1, "tail": 1})
+            if head is None or not head["tail"]:
+                return
+            base, moved = int(head["base"]), layout.chunk_entries(head["tail"])
+            chunk_id = {"s": session, "p": base}
+            try:
+                await self._chunks.insert_one({"_id": chunk_id, "e": base + len(moved), "m": moved})
+                count = len(moved)
+            except DuplicateKeyError:  # another flusher, maybe a dead one, wrote it first
+                chunk = await self._chunks.find_one({"_id": chunk_id}, {"e": 1})
+                count = int(chunk["e"]) - base if chunk else 0
+            if count > 0:
+                await self._heads.update_one(
+                    {"_id": session, "base": base}, layout.flush_pipeline(count)
+                )
+
+    async def _write_blobs(self, staged: Staged) -> None:
+        if staged.blobs:
+            await self._blobs.insert_many(staged.blobs)
+
+    async def _drop_blobs(self, staged: Staged) -> None:
+        """Remove blobs no committed message refers to; a failure only leaves garbage."""
+        if staged.blobs:
+            with suppress(PyMongoError):
+                await self._blobs.delete_many({"_id": {"$in": staged.blob_ids}})
