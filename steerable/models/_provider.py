@@ -17,12 +17,19 @@ import contextlib
 import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from steerable.errors import ProviderError
 from steerable.models.base import ModelEvent
 
-__all__ = ["StreamBroken", "compact_json", "error_message", "retry_stream", "retryable_status"]
+__all__ = [
+    "ClientModel",
+    "StreamBroken",
+    "compact_json",
+    "error_message",
+    "retry_stream",
+    "retryable_status",
+]
 
 _INITIAL_DELAY = 0.5
 _MAX_DELAY = 8.0
@@ -90,3 +97,33 @@ async def retry_stream(
                 raise broken.error from broken.__cause__
         await asyncio.sleep(_delay(tries))
         tries += 1
+
+
+class ClientModel:
+    """What every provider model shares: its name, its HTTP client's life, its repr.
+
+    A subclass sets ``provider`` and, in ``__init__``, ``self.model`` and ``self.client``
+    (an SDK client with ``base_url`` and an async ``close()``).
+    """
+
+    provider: ClassVar[str]
+    model: str
+    client: Any
+
+    @property
+    def name(self) -> str:
+        """``"<provider>:<model>"``."""
+        return f"{self.provider}:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (also one you passed in)."""
+        await self.client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

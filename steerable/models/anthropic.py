@@ -34,11 +34,12 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any, Self, cast
+from typing import Any, cast
 
 from steerable.errors import ProviderError, UsageError
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall, ToolResult
 from steerable.models._provider import (
+    ClientModel,
     StreamBroken,
     compact_json,
     error_message,
@@ -55,7 +56,7 @@ PROVIDER = "anthropic"
 _TRANSIENT = ("overloaded_error", "api_error", "rate_limit_error", "timeout_error")
 
 
-class AnthropicModel:
+class AnthropicModel(ClientModel):
     """A Claude model behind the Messages API.
 
     ``model`` is the model's name (``"claude-sonnet-4-5"``). Pass ``client`` to use an
@@ -64,6 +65,8 @@ class AnthropicModel:
     settings set none (the API requires it). ``max_retries`` is the SDK's: rate limits, 5xx,
     529 and dropped connections are retried, sleeping as ``Retry-After`` says.
     """
+
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -79,24 +82,6 @@ class AnthropicModel:
         self.model = model
         self.max_tokens = max_tokens
         self.client = _client(client, base_url, api_key, max_retries, timeout)
-
-    @property
-    def name(self) -> str:
-        """``"anthropic:<model>"``."""
-        return f"{PROVIDER}:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (also one you passed in)."""
-        await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this model sends for ``request`` (``stream`` included)."""

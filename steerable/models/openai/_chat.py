@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self, cast
+from typing import Any, Literal, cast
 
 import openai
 from openai.types.chat import ChatCompletionChunk
 
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall, new_id
-from steerable.models._provider import retry_stream
+from steerable.models._provider import ClientModel, retry_stream
 from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
 from steerable.models.openai._common import (
     chat_tools,
@@ -36,7 +36,7 @@ from steerable.models.openai._common import (
 PROVIDER = "openai-chat"
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(ClientModel):
     """A model behind the Chat Completions API, OpenAI's or a compatible server's.
 
     ``model`` is the provider's model name. Pass ``client`` to use an ``AsyncOpenAI`` you
@@ -46,6 +46,8 @@ class OpenAIChatModel:
     ``ModelSettings.max_tokens``: OpenAI wants ``max_completion_tokens``, some older
     compatible servers only know ``max_tokens``.
     """
+
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -67,24 +69,6 @@ class OpenAIChatModel:
             timeout=timeout,
         )
         self.max_tokens_param = max_tokens_param
-
-    @property
-    def name(self) -> str:
-        """``"openai-chat:<model>"``."""
-        return f"{PROVIDER}:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={str(self.client.base_url)!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (also one you passed in)."""
-        await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this model sends for ``request`` (``stream`` included)."""

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any, Self, cast
+from typing import Any, cast
 
 import openai
 from openai.types.responses import ResponseStreamEvent
 
 from steerable.errors import ProviderError
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall
-from steerable.models._provider import StreamBroken, compact_json, retry_stream
+from steerable.models._provider import ClientModel, StreamBroken, compact_json, retry_stream
 from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
 from steerable.models.openai._common import (
     cut_short,
@@ -43,7 +43,7 @@ PROVIDER = "openai-responses"
 _MAPPED = ("message", "function_call")
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(ClientModel):
     """A model behind the Responses API (``/responses``).
 
     ``model`` is the provider's model name. Pass ``client`` to use an ``AsyncOpenAI`` you
@@ -51,6 +51,8 @@ class OpenAIResponsesModel:
     ``max_retries`` is the SDK's: rate limits, 5xx and dropped connections are retried with
     backoff that honours ``Retry-After``.
     """
+
+    provider = PROVIDER
 
     def __init__(
         self,
@@ -70,24 +72,6 @@ class OpenAIResponsesModel:
             max_retries=max_retries,
             timeout=timeout,
         )
-
-    @property
-    def name(self) -> str:
-        """``"openai-responses:<model>"``."""
-        return f"{PROVIDER}:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"OpenAIResponsesModel({self.model!r}, base_url={str(self.client.base_url)!r})"
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (also one you passed in)."""
-        await self.client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this model sends for ``request`` (``stream`` included)."""
