@@ -188,8 +188,11 @@ async def _a_save_behind_the_store_conflicts_and_changes_nothing(open_store: Ope
         for at in (0, 1, 3):
             try:
                 await store.save(sid, [user("late")], at=at, take=1)
-            except TranscriptConflict:
-                pass
+            except TranscriptConflict as conflict:
+                _expect(
+                    (conflict.session, conflict.expected, conflict.stored) == (sid, at, 2),
+                    f"the conflict says {conflict!r}",
+                )
             else:
                 raise AssertionError(f"a save at {at} over 2 stored messages was accepted")
         back = await store.messages(sid)
@@ -224,6 +227,13 @@ async def _a_duplicate_message_id_is_refused(open_store: OpenStore) -> None:
             pass
         else:
             raise AssertionError("a message id already stored was accepted again")
+        _expect(len(await store.messages(sid)) == 1, "a refused save wrote part of its messages")
+        try:
+            await store.save(sid, [user("d", id="twice"), user("e", id="twice")], at=1)
+        except InvalidMessage:
+            pass
+        else:
+            raise AssertionError("one save holding an id twice was accepted")
         _expect(len(await store.messages(sid)) == 1, "a refused save wrote part of its messages")
 
 
