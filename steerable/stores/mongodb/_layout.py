@@ -6,6 +6,7 @@ because the head document is rewritten by every save.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -13,17 +14,19 @@ from bson import ObjectId
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
-SESSIONS: Final = "steerable_sessions"  # one head document per session
+SESSIONS: Final = "steerable_sessions"  # heads (_id the session), id lists (_id {s, p})
 CHUNKS: Final = "steerable_chunks"  # flushed runs of the transcript, _id {s, p}
 BLOBS: Final = "steerable_blobs"  # out-of-line message bodies, _id ObjectId
 COLLECTIONS: Final = (SESSIONS, CHUNKS, BLOBS)
 
+IDS_INDEX: Final = "steerable_session_ids"  # unique on (s, k): an id in one document only
+IDS_KEY: Final = (("s", 1), ("k", 1))
+
 INLINE_MAX: Final = 64 * 1024  # a body over this many bytes goes to a blob
 SAVE_INLINE_MAX: Final = 512 * 1024  # inline bytes (with framing) one save may add
-FLUSH_BYTES: Final = 256 * 1024  # a tail this big is moved to a chunk after the save
-CHUNK_MAX: Final = 1024 * 1024  # bytes one flush moves into one chunk document
+FLUSH_BYTES: Final = 32 * 1024  # a tail this big is moved to a chunk after the save
 PIECE_CHARS: Final = 2 * 1024 * 1024  # a blob piece: at most 8 MiB of UTF-8
 _ENTRY_OVERHEAD: Final = 24  # BSON framing of one tail entry, roughly
 _MAX_INT32: Final = 2**31 - 1
@@ -86,98 +89,146 @@ def _overhead(message_id: str) -> int:
     return len(message_id.encode("utf-8")) + _ENTRY_OVERHEAD
 
 
-def append_pipeline(staged: Staged, ids: list[str], take: int) -> list[dict[str, Any]]:
+def append_filter(session: str, ids: list[str], at: int | None) -> dict[str, Any]:
+    """The filter of a save: the head holds ``at`` messages and none of ``ids`` in its tail.
+
+    Ids kept in chunks are the unique index's to refuse (see :func:`append_pipeline`).
+    """
+    query: dict[str, Any] = {"_id": session}
+    if at is None:
+        query["box.0"] = {"$exists": True}  # nothing waiting: no match and no write
+    else:
+        query["n"] = at
+    if ids:
+        query["tail.i"] = {"$nin": ids}
+    return query
+
+
+def append_pipeline(
+    session: str, staged: Staged, ids: list[str], take: int, *, create: bool
+) -> list[dict[str, Any]]:
     """The update that appends ``staged`` to a head, then moves up to ``take`` steers after it.
 
-    The steers taken are left in the head's ``took`` (the caller reads them from the
-    returned document) and their ids join ``ids``, so a taken steer id stays known. A
-    waiting steer whose id is among the saved messages' ids is dropped, not taken: the
-    run recorded it already (from its in-memory box, say), and an id is recorded once.
-    Values from the caller are wrapped in ``$literal``: an id like ``"$x"`` is data here.
+    ``k`` becomes ``ids``: the index is updated with the new ids, and refuses the whole
+    update if a chunk of the session holds one. The ids of earlier saves leave ``k`` (their
+    entries' ``i`` in the tail keep them unique, by the save's filter), so the head holds
+    as few index keys as a save brings. The steers taken are left in the head's ``took``
+    (the caller reads them from the returned document). A waiting steer whose id is among
+    the saved messages' ids is dropped, not taken: the run recorded it already (from its
+    in-memory box, say), and an id is recorded once. Values from the caller are wrapped in
+    ``$literal``: an id like ``"$x"`` is data here. ``create``: the update may create the
+    head (the first save), so every field gets a default.
     """
     take = min(take, _MAX_INT32)
-    box: Any = {"$ifNull": ["$box", []]}
+
+    def field(name: str, default: Any) -> Any:
+        return {"$ifNull": [f"${name}", default]} if create else f"${name}"
+
+    box: Any = field("box", [])
     if ids:  # a waiting steer saved as a message is recorded already: it leaves the box
         fresh = {"$not": [{"$in": ["$$this.i", {"$literal": ids}]}]}
         box = {"$filter": {"input": box, "cond": fresh}}
     took: Any = {"$slice": [box, take]} if take else {"$literal": []}
-    return [
-        {"$set": {"took": took}},
-        {
-            "$set": {
-                "box": {"$slice": [box, take, _MAX_INT32]} if take else box,
-                "tail": {
-                    "$concatArrays": [
-                        {"$ifNull": ["$tail", []]},
-                        {"$literal": staged.entries},
-                        "$took",
-                    ]
-                },
-                # $map rather than "$took.i": some mongod look-alikes do not walk arrays
-                "ids": {
-                    "$concatArrays": [
-                        {"$ifNull": ["$ids", []]},
-                        {"$literal": ids},
-                        {"$map": {"input": "$took", "in": "$$this.i"}},
-                    ]
-                },
-                "n": {"$add": [{"$ifNull": ["$n", 0]}, len(staged.entries), {"$size": "$took"}]},
-                "tb": {
-                    "$add": [
-                        {"$ifNull": ["$tb", 0]},
-                        staged.bytes,
-                        {"$sum": {"$map": {"input": "$took", "in": "$$this.z"}}},
-                    ]
-                },
-                "base": {"$ifNull": ["$base", 0]},
-            }
-        },
-    ]
+    added: list[Any] = [{"$literal": staged.entries}]
+    count: list[Any] = [len(staged.entries)]
+    size: list[Any] = [staged.bytes]
+    if take:
+        added.append("$took")
+        count.append({"$size": "$took"})
+        size.append({"$sum": {"$map": {"input": "$took", "in": "$$this.z"}}})
+    update: dict[str, Any] = {
+        "box": {"$slice": [box, take, _MAX_INT32]} if take else box,
+        "tail": {"$concatArrays": [field("tail", []), *added]},
+        "k": {"$literal": ids},
+        "n": {"$add": [field("n", 0), *count]},
+        "tb": {"$add": [field("tb", 0), *size]},
+    }
+    if create:
+        update |= {"s": {"$literal": session}, "base": field("base", 0), "mv": field("mv", 0)}
+    return [{"$set": {"took": took}}, {"$set": update}]
 
 
-def flush_pipeline(moved: int) -> list[dict[str, Any]]:
-    """The update that drops the first ``moved`` tail entries, now kept in a chunk."""
+def steer_filter(session: str, steer_id: str) -> dict[str, Any]:
+    """A head that neither waits on ``steer_id`` nor holds it in its tail (chunks: the index)."""
+    return {"_id": session, "box.i": {"$ne": steer_id}, "tail.i": {"$ne": steer_id}}
+
+
+def steer_update(session: str, entry: Entry) -> dict[str, Any]:
+    """Leave ``entry`` in the box; its id goes into ``k``, where the index checks the chunks."""
+    return {
+        "$push": {"box": entry},
+        "$set": {"k": [entry["i"]]},
+        "$setOnInsert": {"s": session, "n": 0, "base": 0, "tb": 0, "mv": 0, "tail": [], "took": []},
+    }
+
+
+MARK_PIPELINE: Final[list[dict[str, Any]]] = [
+    {"$set": {"mv": {"$size": "$tail"}, "k": {"$literal": []}}}
+]
+"""The first step of a flush: the whole tail is to move; the head gives up its index keys.
+
+Until the flush commits, those entries stay in the tail: readers read them there and the
+filters of saves and steers (``tail.i``) keep their ids unique, so the chunk's id list may
+take the ids into the index without colliding with the head.
+"""
+
+
+def commit_pipeline(moved: int) -> list[dict[str, Any]]:
+    """The last step of a flush: drop the first ``moved`` tail entries, now kept in a chunk."""
     return [
         {
             "$set": {
                 "base": {"$add": ["$base", moved]},
                 "tail": {"$slice": ["$tail", moved, _MAX_INT32]},
+                "mv": 0,
             }
         },
         {"$set": {"tb": {"$sum": {"$map": {"input": "$tail", "in": "$$this.z"}}}}},
     ]
 
 
-def chunk_entries(tail: list[Entry]) -> list[Entry]:
-    """The oldest entries of ``tail`` that fill one chunk (at least one entry)."""
-    size = 0
-    for count, entry in enumerate(tail):
-        size += int(entry["z"])
-        if count and size > CHUNK_MAX:
-            return tail[:count]
-    return tail
+def chunk(session: str, base: int, moved: list[Entry]) -> dict[str, Any]:
+    """The chunk of ``moved``, the entries at positions ``base, base+1, ...``."""
+    return {"_id": {"s": session, "p": base}, "e": base + len(moved), "m": moved}
 
 
-def new_head() -> dict[str, Any]:
-    """The fields of a head created by a steer (a save's upsert fills them in itself)."""
-    return {"n": 0, "base": 0, "tb": 0, "tail": [], "ids": [], "took": []}
+def id_list(session: str, base: int, moved: list[Entry]) -> dict[str, Any]:
+    """The id list of a chunk: its message ids, in the sessions collection's unique index."""
+    return {
+        "_id": {"s": session, "p": base},
+        "s": session,
+        "k": [entry["i"] for entry in moved],
+        "e": base + len(moved),
+    }
 
 
 def chunk_range(session: str, end: int) -> dict[str, Any]:
     """The filter for the chunks of ``session`` that start before position ``end``.
 
     A range over the compound ``_id`` uses the ``_id`` index: ``{s, p}`` documents compare
-    by ``s`` first, then by ``p``, so no other session's chunk falls inside it.
+    by ``s`` first, then by ``p``, so no other session's chunk (and no head, whose ``_id``
+    is a string) falls inside it.
     """
     return {"_id": {"$gte": {"s": session, "p": 0}, "$lt": {"s": session, "p": end}}}
 
 
-async def create_indexes(db: AsyncDatabase[Any]) -> None:
-    """Create the store's collections in ``db``; idempotent. The store never calls it.
+def has_ids_index(indexes: Mapping[str, Any]) -> bool:
+    """Whether ``index_information()`` shows the unique ``(s, k)`` index, under any name."""
+    for spec in indexes.values():
+        key = tuple((str(name), int(order)) for name, order in spec.get("key", ()))
+        if key == IDS_KEY and spec.get("unique"):
+            return True
+    return False
 
-    Every lookup the store makes is by ``_id``, so schema version 1 needs no secondary
-    index. Run this where you run your migrations anyway: it is the one place a later
-    version will add what it needs, so deploying a new steerable stays one step.
+
+async def create_indexes(db: AsyncDatabase[Any]) -> None:
+    """Create the store's collections and its unique index in ``db``; idempotent.
+
+    The store never calls it, and refuses to write (StoreUnavailable) until it has run:
+    without the unique ``(s, k)`` index a message id, or a steer id sent again, that has
+    moved into a chunk would no longer be recognised. Run it where you run your migrations.
+    Version 1 heads have no ``s`` and are not read by this version: start from new
+    collections (or drop the old ones).
     """
     existing = set(await db.list_collection_names())
     for name in COLLECTIONS:
@@ -187,3 +238,4 @@ async def create_indexes(db: AsyncDatabase[Any]) -> None:
             except OperationFailure as exc:
                 if exc.code != _NAMESPACE_EXISTS:  # created meanwhile: what we wanted
                     raise
+    await db[SESSIONS].create_index(list(IDS_KEY), unique=True, name=IDS_INDEX)

@@ -40,7 +40,7 @@ def _reaching(what: str) -> Iterator[None]:
         if exc.code in _TOO_LARGE:
             raise StoreError(
                 f"cannot {what}: the session's head document would pass MongoDB's 16 MiB limit"
-                f" (too many steers waiting, or too many message ids): {exc}"
+                f" (too many steers waiting): {exc}"
             ) from exc
         raise StoreUnavailable(f"MongoDB refused to {what}: {exc}") from exc
     except PyMongoError as exc:
@@ -62,9 +62,10 @@ class MongoStore:
                 f" not {type(db).__name__}"
             )
         self.db = db
-        self._heads: AsyncCollection[Any] = db[layout.SESSIONS]
+        self._heads: AsyncCollection[Any] = db[layout.SESSIONS]  # heads and id lists
         self._chunks: AsyncCollection[Any] = db[layout.CHUNKS]
         self._blobs: AsyncCollection[Any] = db[layout.BLOBS]
+        self._indexed = False  # the unique index was seen by this store object
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -141,16 +142,21 @@ class MongoStore:
     async def steer(self, session: str, steer: Steer) -> None:
         check_steer(session, steer)
         staged = layout.stage(session, [(steer.id, codec.encode(steer.message()))])
-        unseen = {"_id": session, "box.i": {"$ne": steer.id}, "ids": {"$ne": steer.id}}
-        update = {"$push": {"box": staged.entries[0]}, "$setOnInsert": layout.new_head()}
+        unseen = layout.steer_filter(session, steer.id)
+        update = layout.steer_update(session, staged.entries[0])
         with _reaching(f"leave a steer for session {session!r}"):
+            await self._check_index()
             await self._write_blobs(staged)
-            try:
-                result = await self._heads.update_one(unseen, update, upsert=True)
-            except DuplicateKeyError:
-                # the head exists but knows this id, or was created meanwhile: ask again
-                result = await self._heads.update_one(unseen, update)
-            if result.matched_count == 0 and result.upserted_id is None:
+            left = False
+            for upsert in (True, False):
+                try:
+                    result = await self._heads.update_one(unseen, update, upsert=upsert)
+                except DuplicateKeyError:
+                    # a chunk holds the id (seen before), or the head was created meanwhile
+                    continue
+                left = result.matched_count > 0 or result.upserted_id is not None
+                break
+            if not left:
                 await self._drop_blobs(staged)  # a steer id seen before: nothing to keep
 
     async def save(
@@ -175,6 +181,7 @@ class MongoStore:
             if not staged.entries and not take:
                 await self._check_position(session, ids, at)
                 return []
+            await self._check_index()
             await self._write_blobs(staged)
             try:
                 head = await self._commit(session, staged, ids, at, take)
@@ -184,8 +191,8 @@ class MongoStore:
                 raise
             if head is None:
                 return []  # take_steers(at=None) with nothing waiting
-            if head["tb"] >= layout.FLUSH_BYTES:
-                await self._flush(session)
+            if head["tb"] >= layout.FLUSH_BYTES or head.get("mv"):
+                await self._flush(session, int(head.get("mv") or 0))
             took: list[Entry] = head["took"]
             bodies = await self._bodies(took)
         return [
@@ -198,28 +205,24 @@ class MongoStore:
     ) -> dict[str, Any] | None:
         """The one command of a save: append and take if the head holds ``at`` messages.
 
-        Returns the head's ``took`` and ``tb`` after the update, or None when ``at`` is None
-        and no steer waits. Raises TranscriptConflict or InvalidMessage when it cannot apply.
+        Returns the head's ``took``, ``tb`` and ``mv`` after the update, or None when ``at``
+        is None and no steer waits. Raises TranscriptConflict or InvalidMessage when it
+        cannot apply.
         """
-        query: dict[str, Any] = {"_id": session}
-        if at is None:
-            query["box.0"] = {"$exists": True}  # nothing waiting: no match and no write
-        else:
-            query["n"] = at
-        if ids:
-            query["ids"] = {"$nin": ids}
-        pipeline = layout.append_pipeline(staged, ids, take)
+        query = layout.append_filter(session, ids, at)
+        pipeline = layout.append_pipeline(session, staged, ids, take, create=at == 0)
         for _ in range(_RACE_RETRIES):
             try:
                 head: dict[str, Any] | None = await self._heads.find_one_and_update(
                     query,
                     pipeline,
-                    projection={"took": 1, "tb": 1},
+                    projection={"took": 1, "tb": 1, "mv": 1},
                     # the first save creates the head; if one exists, the insert collides
                     upsert=at == 0,
                     return_document=ReturnDocument.AFTER,
                 )
             except DuplicateKeyError:
+                # the head created meanwhile, or (the unique index) a chunk holds a new id
                 head = None
             if head is not None or at is None:
                 return head
@@ -231,40 +234,73 @@ class MongoStore:
         """Raise TranscriptConflict or InvalidMessage for a save that did not match."""
         projection: dict[str, Any] = {"n": 1}
         if ids:
-            projection["ids"] = {"$elemMatch": {"$in": ids}}
+            projection["tail"] = {"$elemMatch": {"i": {"$in": ids}}}
         head = await self._heads.find_one({"_id": session}, projection)
         stored = int(head["n"]) if head else 0
         if at is not None and stored != at:
             raise TranscriptConflict(session, at, stored)
-        if head and head.get("ids"):
+        if not head or not ids:
+            return
+        known = [entry["i"] for entry in head.get("tail", ())]
+        if not known:  # the id lists of the chunks (the head's own k may name a steer)
+            listed = {"s": session, "k": {"$in": ids}, "_id": {"$ne": session}}
+            found = await self._heads.find_one(listed, {"k": 1})
+            known = [i for i in found["k"] if i in set(ids)] if found else []
+        if known:
             raise InvalidMessage(
-                f"session {session!r}: message id {head['ids'][0]!r} is already in the transcript"
+                f"session {session!r}: message id {known[0]!r} is already in the transcript"
             )
 
-    async def _flush(self, session: str) -> None:
-        """Move the head's oldest tail entries into a chunk document.
+    async def _flush(self, session: str, marked: int) -> None:
+        """Move the head's tail into a chunk, in four steps a crash can stop at.
 
-        The entries are committed, so every flusher of a position writes the same chunk,
-        and the head lets go of them only once the chunk exists: a flusher that dies
-        halfway leaves a chunk that the next flush adopts. A failure here leaves the save
+        Mark (the head gives up the tail's index keys and says how many entries move),
+        insert the chunk, insert its id list (the ids now in the index), commit (the head
+        drops the entries and its ``base`` covers the chunk). Each step is conditional on
+        the ones before, every flusher of a position writes the same documents, and a flush
+        found marked is carried on from where it stopped. A failure here leaves the save
         done (it was committed before); the next save flushes again.
         """
         with suppress(PyMongoError):
-            head = await self._heads.find_one({"_id": session}, {"base": 1, "tail": 1})
-            if head is None or not head["tail"]:
-                return
-            base, moved = int(head["base"]), layout.chunk_entries(head["tail"])
-            chunk_id = {"s": session, "p": base}
-            try:
-                await self._chunks.insert_one({"_id": chunk_id, "e": base + len(moved), "m": moved})
-                count = len(moved)
-            except DuplicateKeyError:  # another flusher, maybe a dead one, wrote it first
-                chunk = await self._chunks.find_one({"_id": chunk_id}, {"e": 1})
-                count = int(chunk["e"]) - base if chunk else 0
-            if count > 0:
-                await self._heads.update_one(
-                    {"_id": session, "base": base}, layout.flush_pipeline(count)
+            head: dict[str, Any] | None
+            if marked:
+                head = await self._heads.find_one({"_id": session}, {"base": 1, "tail": 1, "mv": 1})
+            else:
+                head = await self._heads.find_one_and_update(
+                    {"_id": session, "mv": 0, "tail.0": {"$exists": True}},
+                    layout.MARK_PIPELINE,
+                    projection={"base": 1, "tail": 1, "mv": 1},
+                    return_document=ReturnDocument.AFTER,
                 )
+            if head is None or not head.get("mv"):
+                return  # another flusher got there first
+            base, moved = int(head["base"]), int(head["mv"])
+            entries = head["tail"][:moved]
+            with suppress(DuplicateKeyError):  # a flusher, maybe a dead one, wrote it first
+                await self._chunks.insert_one(layout.chunk(session, base, entries))
+            ids = layout.id_list(session, base, entries)
+            try:
+                await self._heads.insert_one(ids)
+            except DuplicateKeyError:
+                # written by another flusher; or (without the index once) an id is elsewhere
+                found = await self._heads.find_one({"_id": ids["_id"]}, {"e": 1})
+                if found is None or found["e"] != ids["e"]:
+                    return  # not ours to adopt: the entries stay in the head, readable
+            await self._heads.update_one(
+                {"_id": session, "base": base, "mv": moved}, layout.commit_pipeline(moved)
+            )
+
+    async def _check_index(self) -> None:
+        """StoreUnavailable until the unique index of :func:`create_indexes` is seen, once."""
+        if self._indexed:
+            return
+        if not layout.has_ids_index(await self._heads.index_information()):
+            raise StoreUnavailable(
+                f"the MongoDB store needs its unique index on {layout.SESSIONS!r}: call"
+                " `await steerable.stores.mongodb.create_indexes(db)` once (where you run your"
+                " migrations) before writing"
+            )
+        self._indexed = True
 
     async def _write_blobs(self, staged: Staged) -> None:
         if staged.blobs:

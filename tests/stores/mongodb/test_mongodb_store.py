@@ -1,7 +1,8 @@
 """What the MongoDB store promises beyond the shared contract, against a real server.
 
-Two writers, all-or-nothing under SIGKILL at every command of a save, the server going
-away and coming back, and one command per save-and-take step.
+Two writers, all-or-nothing under SIGKILL at every command of a save and of its flush, the
+server going away and coming back, one command per save-and-take step, and ids refused
+across the whole transcript by the unique index.
 """
 
 from __future__ import annotations
@@ -100,23 +101,27 @@ async def test_a_save_that_does_not_extend_the_store_is_refused_and_changes_noth
 # -- all or nothing under SIGKILL ---------------------------------------------------------
 
 STEERS = ("k-1", "k-2", "k-3")
-PRIOR = 4  # messages stored before the save that is killed
-# the killed save: a blob, the findAndModify, then a flush (read, chunk, head)
-SAVE_COMMANDS = ["insert", "findAndModify", "find", "insert", "update"]
+PRIOR = 4  # messages stored (and flushed to a chunk) before the save that is killed
+# the save: a blob, the findAndModify, then a flush (mark, chunk, id list, commit)
+SAVE_COMMANDS = ["insert", "findAndModify", "findAndModify", "insert", "insert", "update"]
+# a new store object looks for the unique index once, before its first write
+KILLED_COMMANDS = ["listIndexes", *SAVE_COMMANDS]
+COMMIT = KILLED_COMMANDS.index("findAndModify")
 
 
 async def _prepare(store: MongoStore, sid: str) -> list[Message]:
-    """A session just under the flush threshold, with three steers waiting."""
-    prior = [user(f"{i}" * 60_000, id=f"prior-{i}") for i in range(PRIOR)]
-    await store.save(sid, prior, at=0)
+    """A session with a chunk and an empty tail, and three steers waiting."""
+    prior = [user(f"{i}" * 10_000, id=f"prior-{i}") for i in range(PRIOR)]
+    await store.save(sid, prior, at=0)  # over the flush threshold: all four go to a chunk
     for steer_id in STEERS:
         await store.steer(sid, Steer(f"steer {steer_id}", steer_id))
+    assert _head(sid)["base"] == PRIOR
     return prior
 
 
 def _new_messages() -> list[Message]:
     """The killed save: one body big enough for a blob, one that tips the tail into a flush."""
-    return [assistant("B" * 100_000, id="new-big"), user("s" * 30_000, id="new-small")]
+    return [assistant("B" * 100_000, id="new-big"), user("s" * 33_000, id="new-small")]
 
 
 def _save_and_die(uri: str, database: str, sid: str, event: str, index: int) -> None:
@@ -146,7 +151,7 @@ def _save_and_die(uri: str, database: str, sid: str, event: str, index: int) -> 
 
 
 async def test_a_save_killed_at_any_command_is_stored_whole_or_not_at_all() -> None:
-    points = [(event, i) for i in range(len(SAVE_COMMANDS)) for event in ("started", "succeeded")]
+    points = [(event, i) for i in range(len(KILLED_COMMANDS)) for event in ("started", "succeeded")]
     sids = {point: _sid() for point in points}
     context = multiprocessing.get_context("spawn")
     loop = asyncio.get_running_loop()
@@ -166,7 +171,7 @@ async def test_a_save_killed_at_any_command_is_stored_whole_or_not_at_all() -> N
         for (event, index), sid in sids.items():
             child = children[event, index]
             assert child.exitcode == -signal.SIGKILL, f"{event} {index}: not killed there"
-            committed = index > 1 or (index == 1 and event == "succeeded")
+            committed = index > COMMIT or (index == COMMIT and event == "succeeded")
             await _check_after_the_kill(store, sid, prior, committed)
 
 
@@ -182,14 +187,28 @@ async def _check_after_the_kill(
     else:
         assert messages == prior
     assert taken + waiting == list(STEERS), "a steer was lost or handed over twice"
+    # wherever the kill left the flush, every id stored is refused, as a message or a steer
+    stored = [m.id for m in messages]
+    for known in ("prior-0", *stored[PRIOR:]):
+        with pytest.raises(InvalidMessage, match=known):
+            await store.save(sid, [user("again", id=known)], at=len(messages), take=16)
+        await store.steer(sid, Steer("sent again", known))
+    assert [s.id for s in await store.steers(sid)] == waiting
     # the next save goes on from there, and adopts whatever a dead flusher left
     more = await store.save(sid, [assistant("next")], at=len(messages), take=16)
     after = await store.messages(sid)
     assert after[: len(messages)] == messages
     assert [m.text for m in after[len(messages) :]] == ["next"] + [m.text for m in more]
     assert [m.id for m in after if m.steered] == list(STEERS)
+    head = _head(sid)
+    assert head["mv"] == 0, "a flush was left marked"
     if committed:
-        assert _head(sid)["base"] > 0, "the flush was not finished"
+        assert head["base"] >= PRIOR + 2, "the flush was not finished"
+    # every id is still refused, wherever the kill left it (chunk or tail)
+    for known in ["prior-0", *STEERS, *(["new-big", "new-small"] if committed else [])]:
+        with pytest.raises(InvalidMessage, match=known):
+            await store.save(sid, [user("again", id=known)], at=len(after))
+    assert len(await store.messages(sid)) == len(after)
 
 
 # -- the server going away ---------------------------------------------------------------
@@ -213,6 +232,7 @@ async def _server_goes_away_and_comes_back(server: SecantusServer) -> None:
         server.uri, serverSelectionTimeoutMS=400
     )
     try:
+        await create_indexes(client[DATABASE])
         store = MongoStore(client[DATABASE])
         await store.save(sid, [user("x" * 70_000), user("y" * 60_000)], at=0)  # a blob
         await store.save(sid, [user(f"{i}" * 50_000) for i in range(6)], at=2)  # a flush
@@ -277,18 +297,32 @@ async def _read_from_a_closed_port() -> None:
 # -- round trips ---------------------------------------------------------------------------
 
 
+def _step(step: int) -> list[Message]:
+    """A step of about 2 KB: a reply with a tool call and its result."""
+    call = ToolCall(f"c{step}", "search", json.dumps({"q": "leases " * 140}))
+    reply = Message("assistant", (call,))
+    return [reply, Message("user", (ToolResult(call.id, "search", "found " * 170),))]
+
+
+FLUSH = ["findAndModify", "insert", "insert", "update"]  # mark, chunk, id list, commit
+
+
 async def test_a_step_nobody_steers_is_one_command() -> None:
-    sid, commands = _sid(), Commands()
+    sid, commands, steps = _sid(), Commands(), 100
     async with store_in_test_db(event_listeners=[commands]) as store:
-        at = 0
-        for step in range(30):
-            call = ToolCall(f"c{step}", "search", '{"q": "leases"}')
-            reply = Message("assistant", (call,))
-            result = Message("user", (ToolResult(call.id, "search", "found " * 200),))
+        with commands.recording() as sent:
+            await store.save(sid, [user("go")], at=0, take=16)
+        assert sent == ["listIndexes", "findAndModify"]  # the index is looked for once
+        at, total, flushes = 1, 0, 0
+        for step in range(steps):
             with commands.recording() as sent:
-                taken = await store.save(sid, [reply, result], at=at, take=16)
-            assert (sent, taken) == (["findAndModify"], [])
-            at += 2
+                taken = await store.save(sid, _step(step), at=at, take=16)
+            assert taken == []
+            assert sent in (["findAndModify"], ["findAndModify", *FLUSH]), sent
+            total, flushes, at = total + len(sent), flushes + (len(sent) > 1), at + 2
+        # ~2.2 KB a step, a flush every 32 KiB: one in about 15 steps, four commands each
+        assert 5 <= flushes <= 10 and total == steps + 4 * flushes
+        assert total / steps <= 1.4
         with commands.recording() as sent:
             assert await store.take_steers(sid, at=None, limit=16) == []
         assert sent == ["findAndModify"]
@@ -298,11 +332,12 @@ async def test_a_step_nobody_steers_is_one_command() -> None:
         assert sent == ["update"]
         with commands.recording() as sent:
             taken = await store.save(sid, [assistant("ok")], at=at, take=16)
-        assert (sent, [m.id for m in taken]) == (["findAndModify"], ["s-1"])
+        assert sent[0] == "findAndModify" and [m.id for m in taken] == ["s-1"]
         with commands.recording() as sent:
             await store.steers(sid)
-            await store.messages(sid)
-        assert sent == ["find", "find"]
+            transcript = await store.messages(sid)
+        assert sent == ["find", "find", "find"]  # steers; the head, then its chunks
+        assert len(transcript) == at + 2
 
 
 async def test_the_commands_of_a_save_with_a_blob_and_a_flush() -> None:
@@ -340,7 +375,7 @@ async def test_a_long_transcript_keeps_the_head_small_and_comes_back_whole() -> 
         await store.save(sid, huge, at=len(messages))
         assert await store.messages(sid) == messages + huge
     head = _head(sid)
-    assert head["base"] > 0 and len(head["tail"]) < len(messages)
+    assert head["base"] > 0 and len(head["tail"]) < len(messages) and len(head["k"]) <= 8
     with sync_client(os.environ[URI_VARIABLE]) as client:
         size = client[DATABASE].command(
             "aggregate",
@@ -348,7 +383,7 @@ async def test_a_long_transcript_keeps_the_head_small_and_comes_back_whole() -> 
             cursor={},
             pipeline=[{"$match": {"_id": sid}}, {"$project": {"z": {"$bsonSize": "$$ROOT"}}}],
         )["cursor"]["firstBatch"][0]["z"]
-    assert size < 1024 * 1024, f"the head holds {size} bytes"
+    assert size < 256 * 1024, f"the head holds {size} bytes"
 
 
 async def test_ids_already_flushed_are_still_refused_and_steers_still_known() -> None:
@@ -356,15 +391,46 @@ async def test_ids_already_flushed_are_still_refused_and_steers_still_known() ->
     async with store_in_test_db() as store:
         await store.steer(sid, Steer("early", "s-1"))
         await store.save(sid, [user("first", id="m-1")], at=0, take=1)
-        bulk = [user("x" * 60_000) for _ in range(8)]  # pushes m-1 and s-1 into a chunk
+        bulk = [user("x" * 20_000) for _ in range(8)]  # pushes m-1 and s-1 into a chunk
         await store.save(sid, bulk[:4], at=2)
         await store.save(sid, bulk[4:], at=6)
-        assert _head(sid)["base"] > 0
-        with pytest.raises(InvalidMessage, match="m-1"):
-            await store.save(sid, [user("again", id="m-1")], at=10)
-        await store.steer(sid, Steer("early, sent again", "s-1"))
-        assert await store.steers(sid) == []
-        assert len(await store.messages(sid)) == 10
+        assert _head(sid)["base"] == 10 and _head(sid)["tail"] == []
+        await store.steer(sid, Steer("waiting", "s-2"))
+        for old in ("m-1", "s-1", bulk[0].id):  # in a chunk: the unique index refuses it
+            with pytest.raises(InvalidMessage, match=old):
+                await store.save(sid, [user("new"), user("again", id=old)], at=10, take=16)
+        await store.save(sid, [user("in the tail", id="m-2")], at=10)
+        with pytest.raises(InvalidMessage, match="m-2"):  # in the tail: the filter does
+            await store.save(sid, [user("again", id="m-2")], at=11, take=16)
+        assert [s.id for s in await store.steers(sid)] == ["s-2"], "a refused save took"
+        for old in ("s-1", "m-1", "m-2"):  # a steer id seen before, as a steer or a message
+            await store.steer(sid, Steer("sent again", old))
+        assert [s.id for s in await store.steers(sid)] == ["s-2"]
+        taken = await store.take_steers(sid, at=11, limit=16)
+        assert [m.id for m in taken] == ["s-2"]
+        assert len(await store.messages(sid)) == 12
+
+
+async def test_without_the_unique_index_nothing_is_written() -> None:
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(os.environ[URI_VARIABLE])
+    try:
+        db = client[f"steerable_noindex_{uuid.uuid4().hex[:8]}"]
+        store = MongoStore(db)
+        assert await store.messages("s") == [] and await store.steers("s") == []
+        for call in (
+            lambda: store.save("s", [user("x")], at=0),
+            lambda: store.steer("s", Steer("x")),
+            lambda: store.take_steers("s", at=None, limit=1),
+        ):
+            with pytest.raises(StoreUnavailable, match="create_indexes"):
+                await call()
+        assert await db["steerable_sessions"].count_documents({}) == 0
+        await create_indexes(db)
+        await store.save("s", [user("x")], at=0)  # the same store object, now it may
+        assert [m.text for m in await store.messages("s")] == ["x"]
+        await client.drop_database(db.name)
+    finally:
+        await client.close()
 
 
 async def test_create_indexes_makes_the_collections_and_may_run_twice() -> None:
@@ -374,6 +440,8 @@ async def test_create_indexes_makes_the_collections_and_may_run_twice() -> None:
         await create_indexes(db)
         await create_indexes(db)
         assert set(COLLECTIONS) <= set(await db.list_collection_names())
+        ids_index = (await db["steerable_sessions"].index_information())["steerable_session_ids"]
+        assert ids_index["key"] == [("s", 1), ("k", 1)] and ids_index["unique"]
         await client.drop_database(db.name)
     finally:
         await client.close()
