@@ -189,6 +189,8 @@ async def steerable_mysql(pool: Any) -> Any:
     return mysql.MySQLStore(pool)
 
 
-def steerable_mongodb(db: Any) -> Any:
-    """steerable's MongoDB store on the pymongo ``AsyncDatabase`` ``db``."""
-    return store_module("mongodb").MongoStore(db)
+async def steerable_mongodb(db: Any) -> Any:
+    """steerable's MongoDB store on the pymongo ``AsyncDatabase`` ``db``, its indexes made first."""
+    mongodb = store_module("mongodb")
+    await mongodb.create_indexes(db)
+    return mongodb.MongoStore(db)

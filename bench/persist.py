@@ -486,7 +486,7 @@ async def mongodb_backend() -> AsyncIterator[Backend]:
     async with mongodb_database("persist") as (client, db, server):
         backend = Backend(server)
         backend.notes.append("LangGraph skipped: langgraph-checkpoint-mongodb is not a peer here")
-        backend.systems.append(Steerable(steerable_mongodb(db)))
+        backend.systems.append(Steerable(await steerable_mongodb(db)))
         backend.systems.append(Naive(NaiveMongo(db)))
 
         def agents() -> System:

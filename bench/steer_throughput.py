@@ -272,7 +272,7 @@ async def _mysql(stack: contextlib.AsyncExitStack, size: int) -> tuple[Store, st
 
 async def _mongodb(stack: contextlib.AsyncExitStack, size: int) -> tuple[Store, str]:
     _, db, server = await stack.enter_async_context(mongodb_database("steer", size))
-    store: Store = steerable_mongodb(db)
+    store: Store = await steerable_mongodb(db)
     return store, f"MongoDB: the server is {server}"
 
 
