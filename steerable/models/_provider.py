@@ -12,6 +12,7 @@ of the answer, so the run fails instead (a resumed run redoes the step).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -20,7 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, ClassVar, Self
 
 from steerable.errors import ProviderError
-from steerable.models.base import ModelEvent
+from steerable.models.base import ModelEvent, ModelRequest
 
 __all__ = [
     "ClientModel",
@@ -99,11 +100,13 @@ async def retry_stream(
         tries += 1
 
 
-class ClientModel:
-    """What every provider model shares: its name, its HTTP client's life, its repr.
+class ClientModel(abc.ABC):
+    """What every provider model shares: its name, its HTTP client's life, its repr, and a
+    stream that retries an attempt which broke before it showed anything.
 
     A subclass sets ``provider`` and, in ``__init__``, ``self.model`` and ``self.client``
-    (an SDK client with ``base_url`` and an async ``close()``).
+    (an SDK client with ``base_url``, ``max_retries`` and an async ``close()``), and says how
+    a request becomes a body and how one attempt streams it.
     """
 
     provider: ClassVar[str]
@@ -127,3 +130,16 @@ class ClientModel:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    @abc.abstractmethod
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The JSON body this model sends for ``request`` (``stream`` included)."""
+
+    @abc.abstractmethod
+    def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
+        """One try at streaming ``body``; raises :class:`StreamBroken` if it breaks off."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream the reply to ``request``: text deltas, then the whole reply."""
+        body = self.request_body(request)
+        return retry_stream(lambda: self._attempt(body), retries=self.client.max_retries)

@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import contextlib
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, cast
 
 from steerable.errors import ProviderError, UsageError
@@ -43,7 +43,6 @@ from steerable.models._provider import (
     StreamBroken,
     compact_json,
     error_message,
-    retry_stream,
     retryable_status,
 )
 from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, ToolSpec, Usage
@@ -102,11 +101,6 @@ class AnthropicModel(ClientModel):
         body["stream"] = True
         body.update(settings.extra)
         return body
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream the reply to ``request``: text deltas, then the whole :class:`Reply`."""
-        body = self.request_body(request)
-        return retry_stream(lambda: self._attempt(body), retries=self.client.max_retries)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
         rest = {k: v for k, v in body.items() if k not in ("model", "max_tokens", "messages")}

@@ -15,7 +15,7 @@ so it is never sent any.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -23,7 +23,7 @@ import openai
 from openai.types.chat import ChatCompletionChunk
 
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall, new_id
-from steerable.models._provider import ClientModel, retry_stream
+from steerable.models._provider import ClientModel
 from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
 from steerable.models.openai._common import (
     chat_tools,
@@ -87,11 +87,6 @@ class OpenAIChatModel(ClientModel):
         body["stream_options"] = {"include_usage": True}
         body.update(settings.extra)
         return body
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream the reply to ``request``: text deltas, then the whole :class:`Reply`."""
-        body = self.request_body(request)
-        return retry_stream(lambda: self._attempt(body), retries=self.client.max_retries)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
         try:

@@ -20,7 +20,7 @@ For zero-data-retention organizations pass ``extra={"store": False, "include":
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, cast
 
 import openai
@@ -28,7 +28,7 @@ from openai.types.responses import ResponseStreamEvent
 
 from steerable.errors import ProviderError
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall
-from steerable.models._provider import ClientModel, StreamBroken, compact_json, retry_stream
+from steerable.models._provider import ClientModel, StreamBroken, compact_json
 from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
 from steerable.models.openai._common import (
     cut_short,
@@ -89,11 +89,6 @@ class OpenAIResponsesModel(ClientModel):
         body["stream"] = True
         body.update(settings.extra)
         return body
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
-        """Stream the reply to ``request``: text deltas, then the whole :class:`Reply`."""
-        body = self.request_body(request)
-        return retry_stream(lambda: self._attempt(body), retries=self.client.max_retries)
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
         rest = {k: v for k, v in body.items() if k not in ("model", "input", "stream")}
