@@ -91,7 +91,7 @@ class ReAct:
             reason, error, store_failed = "failed", exc.error, True
         except Exception as exc:  # a model or sink failure ends the run; the transcript stays
             reason, error = "failed", exc
-        unapplied = tuple(self._run.take_box(len(self._run.box)))
+        unapplied = tuple(self._run.take_box())
         if not store_failed:  # a store that just failed is not asked again
             try:
                 await self._finish(unapplied)
@@ -171,8 +171,8 @@ class ReAct:
 
     async def _step(self) -> None:
         room = self._spec.steers_per_turn - len(self._taken)
-        if room > 0 and self._run.box:
-            mine = tuple(s.message() for s in self._run.take_box(room))
+        mine = tuple(s.message() for s in self._run.take_box(room)) if room > 0 else ()
+        if mine:
             self._took(mine)
             room -= len(mine)
             await self._emit(SteersTaken(mine, "run"))

@@ -139,15 +139,12 @@ class Run:
         """Whether :meth:`stop` was called."""
         return self._stopping
 
-    def take_box(self, limit: int) -> list[Steer]:
-        """Remove and return up to ``limit`` steers from the run's box (the loop's step)."""
+    def take_box(self, limit: int | None = None) -> list[Steer]:
+        """Remove and return up to ``limit`` (default: all) steers from the run's box."""
+        if not self._box:
+            return []
         taken, self._box[:] = self._box[:limit], self._box[limit:]
         return taken
-
-    @property
-    def box(self) -> tuple[Steer, ...]:
-        """The steers waiting in the run's memory."""
-        return tuple(self._box)
 
     def publish(self, event: Event) -> None:
         """Hand ``event`` to every ``events()`` iterator."""
