@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from steerable.messages import Message
 
@@ -65,12 +65,22 @@ class TextDelta:
     text: str
 
 
+FinishReason = Literal["stop", "tool_calls", "length", "content_filter", "other"]
+"""Why the model stopped writing: it was done, it called tools, it hit ``max_tokens``
+(``"length"``: the reply is cut short), a provider's filter cut it, or something else."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """The whole reply: an assistant message and the tokens it took."""
+    """The whole reply: an assistant message, the tokens it took, why it stopped.
+
+    ``finish_reason`` is ``None`` when the model did not say (a scripted model, a server
+    that reports none).
+    """
 
     message: Message
     usage: Usage = Usage()
+    finish_reason: FinishReason | None = None
 
 
 ModelEvent = TextDelta | Reply
