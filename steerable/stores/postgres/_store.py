@@ -23,13 +23,16 @@ __all__ = ["Pool", "PostgresStore"]
 #   (behind the store, or past its end) leaves `ok` empty: nothing is taken or written, and
 #   the length returned says why. A writer that commits after the snapshot is caught by the
 #   (session, position) key: the statement fails whole (a take at the end then retries).
-# - `took` locks the oldest waiting steers. Plain FOR UPDATE, not SKIP LOCKED: two takers
-#   of one session append at one position anyway, so skipping ahead gains nothing and would
-#   record steers out of order. A taker that waited re-checks each row once the holder
-#   commits (READ COMMITTED re-evaluates locked rows), drops the ones now taken and goes on
-#   down the queue. And two statements that miss each other's commits both write at the end
-#   of their snapshots, so they collide on the position key and one fails whole: a steer is
-#   recorded once even if the locks were wrong.
+# - `seen` locks the oldest steers waiting in the snapshot. Plain FOR UPDATE, not SKIP
+#   LOCKED: two takers of one session append at one position anyway, so skipping ahead
+#   gains nothing and would record steers out of order. A row some other taker holds is
+#   waited for, and FOR UPDATE then returns it as that taker left it (READ COMMITTED
+#   follows a locked row to its newest version). If one of them is taken now, a take
+#   committed after the snapshot, and the snapshot's length is stale: `moved` says so, and
+#   the statement writes nothing and is run again on a fresh snapshot. (A loser that
+#   wrote nothing would otherwise collide with no key and return the stale length as if
+#   the transcript were still that long.) A collision on the position key stays the net
+#   for every race the locks do not see: a steer is recorded once even if they were wrong.
 # - The main query reads `took` before `written` runs (an unreferenced data-modifying CTE
 #   runs last), so every steer lock is held before any message row is inserted, and rows
 #   go in by ascending position: two savers cannot deadlock on each other's rows.
@@ -38,15 +41,21 @@ WITH stored AS (
     SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
 ), ok AS (
     SELECT n FROM stored WHERE $2::bigint IS NULL OR n = $2::bigint
-), took AS (
-    UPDATE steerable_steers SET taken = true
+), seen AS (
+    SELECT seq, taken FROM steerable_steers
     WHERE seq IN (
         SELECT seq FROM steerable_steers
         WHERE session = $1 AND NOT taken AND EXISTS (SELECT FROM ok)
         ORDER BY seq
         LIMIT $5
-        FOR UPDATE
     )
+    ORDER BY seq
+    FOR UPDATE
+), moved AS (
+    SELECT EXISTS (SELECT FROM seen WHERE taken) AS yes
+), took AS (
+    UPDATE steerable_steers SET taken = true
+    WHERE seq IN (SELECT seq FROM seen) AND NOT (SELECT yes FROM moved)
     RETURNING seq, id, body
 ), fresh AS (
     -- a steer already recorded another way (a run's own box) is taken, not recorded again
@@ -61,9 +70,12 @@ WITH stored AS (
     SELECT cardinality($3::text[]) + row_number() OVER (ORDER BY seq) - 1, id, body FROM fresh
 ), written AS (
     INSERT INTO steerable_messages (session, position, id, body)
-    SELECT $1, ok.n + new.i, new.id, new.body FROM ok, new ORDER BY new.i
+    SELECT $1, ok.n + new.i, new.id, new.body FROM ok, new
+    WHERE NOT (SELECT yes FROM moved)
+    ORDER BY new.i
 )
-SELECT stored.n, fresh.id, fresh.body FROM stored LEFT JOIN fresh ON true ORDER BY fresh.seq
+SELECT stored.n, moved.yes, fresh.id, fresh.body
+FROM stored CROSS JOIN moved LEFT JOIN fresh ON true ORDER BY fresh.seq
 """
 
 _LENGTH = "SELECT coalesce(max(position) + 1, 0) FROM steerable_messages WHERE session = $1"
@@ -79,9 +91,11 @@ _STEERS = "SELECT id, body FROM steerable_steers WHERE session = $1 AND NOT take
 
 _POSITION_KEY = "steerable_messages_position"
 
-# How often a take at the end (`at=None`) is retried when another writer extended the
-# transcript during it. Each retry means that writer succeeded, so the store as a whole
-# moves on; the bound only keeps one unlucky caller from spinning forever.
+# How often the statement runs again when another writer committed during it: a take at the
+# end (`at=None`) whose position was taken, or any save whose steers were taken while it
+# waited on their locks (a pinned one then learns the new length, and conflicts). Each
+# retry means that writer succeeded, so the store as a whole moves on; the bound only keeps
+# one unlucky caller from spinning forever.
 _RETRIES = 64
 
 _MISSING_SCHEMA = (
@@ -217,12 +231,14 @@ class PostgresStore:
                 except asyncpg.DeadlockDetectedError:
                     # Postgres rolled the statement back whole; it can run again as it is.
                     continue
-            stored = rows[0][0]
+            stored, moved = rows[0][0], rows[0][1]
+            if moved:
+                continue  # a take committed while this one waited: run on what it left
             if at is not None and stored != at:
                 raise TranscriptConflict(session, at, stored)
             return [
                 codec.decode(id, body, where=f"session {session!r}, steer {id!r}")
-                for _, id, body in rows
+                for _, _, id, body in rows
                 if id is not None
             ]
         stored = await self.pool.fetchval(_LENGTH, session)
