@@ -28,6 +28,7 @@ __all__ = [
     "StreamBroken",
     "compact_json",
     "error_message",
+    "one_line",
     "retry_stream",
     "retryable_status",
 ]
@@ -50,21 +51,49 @@ def retryable_status(status: int) -> bool:
 
 
 def error_message(body: object, fallback: str) -> str:
-    """The provider's own explanation from an error body (OpenAI's and Anthropic's shapes)."""
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            message = inner.get("message")
-            if isinstance(message, str) and message:
-                return message
-        elif isinstance(inner, str) and inner:
-            return inner
-        message = body.get("message")
-        if isinstance(message, str) and message:
-            return message
-    elif isinstance(body, str) and body:
+    """The provider's own explanation from an error body, in a line or two.
+
+    Reads OpenAI's and Anthropic's shapes (``{"error": {"message": ...}}``) and the
+    ``{"detail": ...}`` of servers built on FastAPI (llama-cpp-python, vLLM's older ones),
+    whose detail may be a list of validation errors. A long, many-line explanation (a
+    server's validation report) is cut to its first lines: :func:`one_line`.
+    """
+    return one_line(_explanation(body) or fallback)
+
+
+def _explanation(body: object) -> str:
+    if isinstance(body, str):
         return body
-    return fallback
+    if not isinstance(body, dict):
+        return ""
+    inner = body.get("error", body)
+    if isinstance(inner, dict) and isinstance(inner.get("message"), str) and inner["message"]:
+        return str(inner["message"])
+    if isinstance(inner, str) and inner:
+        return inner
+    for key in ("message", "detail"):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, list) and value:  # FastAPI's validation errors
+            return "; ".join(_validation_error(v) for v in value[:3])
+    return ""
+
+
+def _validation_error(error: object) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+    message = str(error.get("msg", error))
+    return f"{where}: {message}" if where else message
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """``text`` on one line of at most ``limit`` characters, links to more help left out."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    kept = [line for line in lines if line and not line.startswith("For further information")]
+    joined = " / ".join(kept[:4])
+    return joined if len(joined) <= limit else joined[: limit - 3].rstrip() + "..."
 
 
 def compact_json(value: Any) -> str:

@@ -45,7 +45,15 @@ from steerable.models._provider import (
     error_message,
     retryable_status,
 )
-from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, ToolSpec, Usage
+from steerable.models.base import (
+    FinishReason,
+    ModelEvent,
+    ModelRequest,
+    Reply,
+    TextDelta,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = ["PROVIDER", "AnthropicModel"]
 
@@ -275,6 +283,7 @@ class _ReplyBuilder:
         self.input_tokens = 0
         self.output_tokens = 0
         self.finished = False
+        self.stop_reason: str | None = None
 
     def add(self, event: Any) -> str:
         """Take one event; return the text it adds, for the run's events."""
@@ -288,6 +297,9 @@ class _ReplyBuilder:
             self._usage(event.message.usage)
         elif kind == "message_delta":
             self._usage(event.usage)
+            reason = getattr(event.delta, "stop_reason", None)
+            if reason:
+                self.stop_reason = str(reason)
         elif kind == "message_stop":
             self.finished = True
         return ""
@@ -323,4 +335,15 @@ class _ReplyBuilder:
     def build(self) -> Reply:
         parts = [p for _, b in sorted(self.blocks.items()) if (p := b.part()) is not None]
         usage = Usage(self.input_tokens, self.output_tokens, 1)
-        return Reply(Message("assistant", tuple(parts)), usage)
+        reason = _STOP_REASONS.get(self.stop_reason, "other") if self.stop_reason else None
+        return Reply(Message("assistant", tuple(parts)), usage, reason)
+
+
+_STOP_REASONS: dict[str | None, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}

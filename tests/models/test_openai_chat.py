@@ -130,7 +130,7 @@ async def test_reasoning_content_is_kept_and_sent_back_to_the_server_that_sent_i
     assistant = server.bodies[1]["messages"][1]
     assert assistant == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "reasoning_content": "thinking",
         "tool_calls": [
             {
@@ -206,7 +206,8 @@ async def test_a_400_ends_the_run_as_failed_with_the_providers_message(tmp_path:
     assert result.reason == "failed"
     assert isinstance(result.error, ProviderError)
     assert result.error.status == 400 and not result.error.retryable
-    assert result.error.message == "Invalid 'messages[3]': something is off."
+    url = f"{server.url}/v1/chat/completions"
+    assert result.error.message == f"Invalid 'messages[3]': something is off. (POST {url})"
     assert "something is off" in str(result.error)
     assert len(server.requests) == 2  # a 400 is not retried
     # The transcript ends with the tool result: valid, stored whole, ready to resume.
@@ -221,7 +222,9 @@ async def test_401_names_the_problem() -> None:
         async with model(server) as m:
             result = await Runner.run(Spec(), "hi", m)
     assert isinstance(result.error, ProviderError)
-    assert (result.error.status, result.error.message) == (401, "Incorrect API key provided.")
+    assert result.error.status == 401
+    assert result.error.message.startswith("Incorrect API key provided. (POST ")
+    assert result.error.message.endswith("; check the API key")
 
 
 async def test_a_compatible_server_without_a_key_gets_a_placeholder(

@@ -6,8 +6,10 @@ text the model sent), a user message holding tool results one ``tool`` message p
 call order, followed by a ``user`` message for any text it holds. A steered message is an
 ordinary ``user`` message where it was taken: after the tool results of the step.
 
-The reply is streamed: ``content`` deltas go out as text deltas, tool-call pieces are joined
-byte for byte per call index. Servers that stream ``reasoning_content`` (DeepSeek, vLLM,
+The reply is streamed (unless ``stream=False``): ``content`` deltas go out as text deltas,
+tool-call pieces are joined byte for byte per call index. An assistant message with tool
+calls and no text is sent with ``"content": ""``, never ``null``, which schema-checking
+servers refuse. Servers that stream ``reasoning_content`` (DeepSeek, vLLM,
 Kimi...) get it kept as a :class:`~steerable.Reasoning` part of provider ``"openai-chat"``
 and sent back on that assistant message, as those servers expect; OpenAI itself sends none,
 so it is never sent any.
@@ -20,20 +22,33 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import openai
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from steerable.errors import ProviderError
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall, new_id
 from steerable.models._provider import ClientModel
-from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
+from steerable.models.base import (
+    FinishReason,
+    ModelEvent,
+    ModelRequest,
+    Reply,
+    TextDelta,
+    Usage,
+)
 from steerable.models.openai._common import (
     chat_tools,
     cut_short,
+    empty_stream,
     make_client,
     provider_error,
     stream_error,
 )
 
 PROVIDER = "openai-chat"
+
+
+ToolChoice = Literal["auto", "required", "none"]
+"""Chat Completions' ``tool_choice``: let the model choose, make it call a tool, or not."""
 
 
 class OpenAIChatModel(ClientModel):
@@ -45,6 +60,11 @@ class OpenAIChatModel(ClientModel):
     backoff that honours ``Retry-After``. ``max_tokens_param`` is the body key that carries
     ``ModelSettings.max_tokens``: OpenAI wants ``max_completion_tokens``, some older
     compatible servers only know ``max_tokens``.
+
+    With tools, ``tool_choice`` is sent when set (OpenAI's default, ``"auto"``, needs no
+    saying; llama-cpp-python drops the tools unless it is said). ``stream=False`` asks for
+    the whole reply at once, for servers that cannot stream tool calls: the reply's text
+    then reaches the run's events in one piece.
     """
 
     provider = PROVIDER
@@ -59,6 +79,8 @@ class OpenAIChatModel(ClientModel):
         max_retries: int = 2,
         timeout: float | None = None,
         max_tokens_param: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+        tool_choice: ToolChoice | None = None,
+        stream: bool = True,
     ) -> None:
         self.model = model
         self.client = make_client(
@@ -69,6 +91,8 @@ class OpenAIChatModel(ClientModel):
             timeout=timeout,
         )
         self.max_tokens_param = max_tokens_param
+        self.tool_choice = tool_choice
+        self.streaming = stream
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this model sends for ``request`` (``stream`` included)."""
@@ -78,17 +102,26 @@ class OpenAIChatModel(ClientModel):
         }
         if request.tools:
             body["tools"] = chat_tools(request.tools)
+            if self.tool_choice is not None:
+                body["tool_choice"] = self.tool_choice
         settings = request.settings
         if settings.temperature is not None:
             body["temperature"] = settings.temperature
         if settings.max_tokens is not None:
             body[self.max_tokens_param] = settings.max_tokens
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        body["stream"] = self.streaming
+        if self.streaming:
+            body["stream_options"] = {"include_usage": True}
         body.update(settings.extra)
         return body
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
+        if not body["stream"]:
+            reply = await self._whole(body)
+            if reply.message.text:
+                yield TextDelta(reply.message.text)
+            yield reply
+            return
         try:
             stream = await self.client.chat.completions.create(
                 model=self.model,
@@ -98,17 +131,32 @@ class OpenAIChatModel(ClientModel):
             )
         except openai.OpenAIError as exc:
             raise provider_error(PROVIDER, exc) from exc
-        reply = _ReplyBuilder()
+        builder = _ReplyBuilder()
         async with stream:
             try:
                 async for chunk in stream:
-                    for text in reply.add(chunk):
+                    for text in builder.add(chunk):
                         yield TextDelta(text)
             except openai.OpenAIError as exc:
                 raise stream_error(PROVIDER, exc) from exc
-        if not reply.finished:
+        if not builder.began:
+            raise empty_stream(PROVIDER, tools="tools" in body)
+        if builder.finish_reason is None:
             raise cut_short(PROVIDER)
-        yield reply.build()
+        yield builder.build()
+
+    async def _whole(self, body: dict[str, Any]) -> Reply:
+        """The reply asked for unstreamed; its text is one delta, sent before it."""
+        try:
+            completion = await self.client.chat.completions.create(
+                model=self.model,
+                messages=cast(Any, body["messages"]),
+                stream=False,
+                extra_body=_rest(body),
+            )
+        except openai.OpenAIError as exc:
+            raise provider_error(PROVIDER, exc) from exc
+        return whole_reply(completion)
 
 
 def _rest(body: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +184,9 @@ def chat_messages(instructions: str | None, messages: Sequence[Message]) -> list
 
 
 def _assistant(message: Message) -> dict[str, Any]:
-    entry: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    # Never null: OpenAI takes a null content beside tool calls, but servers that validate
+    # messages with a schema (llama-cpp-python's) answer it with a 500.
+    entry: dict[str, Any] = {"role": "assistant", "content": message.text}
     reasoning = [
         p.text for p in message.parts if isinstance(p, Reasoning) and p.provider == PROVIDER
     ]
@@ -148,8 +198,6 @@ def _assistant(message: Message) -> dict[str, Any]:
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in calls
         ]
-    elif entry["content"] is None:
-        entry["content"] = ""
     return entry
 
 
@@ -171,10 +219,12 @@ class _ReplyBuilder:
         self.reasoning: list[str] = []
         self.calls: dict[int, _Call] = {}
         self.usage = Usage(requests=1)
-        self.finished = False
+        self.finish_reason: FinishReason | None = None
+        self.began = False  # a chunk with a choice or usage came: the server did answer
 
     def add(self, chunk: ChatCompletionChunk) -> list[str]:
         """Take one chunk; return the text it adds, for the run's events."""
+        self.began = self.began or bool(chunk.choices) or chunk.usage is not None
         if chunk.usage is not None:
             self.usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens, 1)
         shown: list[str] = []
@@ -192,7 +242,7 @@ class _ReplyBuilder:
             for call in delta.tool_calls or ():
                 self._add_call(call.index, call.id, call.function)
             if choice.finish_reason is not None:
-                self.finished = True
+                self.finish_reason = finish_reason(choice.finish_reason)
         return shown
 
     def _add_call(self, index: int | None, id: str | None, function: Any) -> None:
@@ -218,4 +268,34 @@ class _ReplyBuilder:
             parts.append(
                 ToolCall(call.id or f"call_{new_id()}", call.name, "".join(call.arguments))
             )
-        return Reply(Message("assistant", tuple(parts)), self.usage)
+        return Reply(Message("assistant", tuple(parts)), self.usage, self.finish_reason)
+
+
+def finish_reason(reason: str | None) -> FinishReason | None:
+    """Chat Completions' ``finish_reason`` in steerable's terms."""
+    if reason is None:
+        return None
+    if reason in ("stop", "length", "tool_calls", "content_filter"):
+        return cast(FinishReason, reason)
+    return "tool_calls" if reason == "function_call" else "other"
+
+
+def whole_reply(completion: ChatCompletion) -> Reply:
+    """An unstreamed completion (choice 0) as a reply."""
+    builder = _ReplyBuilder()
+    usage = completion.usage
+    if usage is not None:
+        builder.usage = Usage(usage.prompt_tokens, usage.completion_tokens, 1)
+    if not completion.choices:
+        raise ProviderError(PROVIDER, "the server answered with no choices, no reply at all")
+    choice = completion.choices[0]
+    message = choice.message
+    thought = (message.model_extra or {}).get("reasoning_content")
+    if isinstance(thought, str) and thought:
+        builder.reasoning.append(thought)
+    builder.text.extend(t for t in (message.content, message.refusal) if t)
+    for index, call in enumerate(message.tool_calls or ()):
+        function = getattr(call, "function", None)
+        builder._add_call(index, call.id, function)
+    builder.finish_reason = finish_reason(choice.finish_reason)
+    return builder.build()

@@ -9,7 +9,7 @@ from typing import Any
 import openai
 
 from steerable.errors import ProviderError, UsageError
-from steerable.models._provider import StreamBroken, error_message, retryable_status
+from steerable.models._provider import StreamBroken, error_message, one_line, retryable_status
 from steerable.models.base import ToolSpec
 
 # Sent as the key to a compatible server when none is set: most local servers want none,
@@ -47,20 +47,42 @@ def make_client(
 
 
 def provider_error(provider: str, exc: openai.OpenAIError) -> ProviderError:
-    """The SDK's error as a :class:`ProviderError` carrying the provider's own message."""
+    """The SDK's error as a :class:`ProviderError`: the server's own words, where, what to try."""
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
+        message = error_message(exc.body, exc.message)
+        if message.startswith("Error code:"):  # the SDK's own, when the body said nothing
+            message = f"no explanation in the answer ({exc.response.reason_phrase or 'empty'})"
         return ProviderError(
             provider,
-            error_message(exc.body, exc.message),
+            f"{message} ({_where(exc)}){_HINTS.get(status, '')}",
             status=status,
             retryable=retryable_status(status),
         )
     if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(provider, f"{exc.message} ({_cause(exc)})", retryable=True)
+        what = "timed out" if isinstance(exc, openai.APITimeoutError) else "could not connect"
+        return ProviderError(
+            provider,
+            f"{what}: {_where(exc)} ({_cause(exc)}); is the server running at that address?",
+            retryable=True,
+        )
     if isinstance(exc, openai.APIError):  # an error event inside a stream
         return ProviderError(provider, error_message(exc.body, exc.message))
-    return ProviderError(provider, str(exc))
+    return ProviderError(provider, one_line(str(exc)))
+
+
+# What to try, by status, for the mistakes people make first with a compatible server.
+_HINTS = {
+    401: "; check the API key",
+    404: "; check the model name, and that the base URL ends where the API begins (often /v1)",
+}
+
+
+def _where(exc: openai.APIError) -> str:
+    request = getattr(exc, "request", None)
+    if request is None:
+        return "no request"
+    return f"{request.method} {request.url}"
 
 
 def stream_error(provider: str, exc: openai.OpenAIError) -> Exception:
@@ -78,9 +100,20 @@ def cut_short(provider: str) -> StreamBroken:
     )
 
 
+def empty_stream(provider: str, *, tools: bool) -> ProviderError:
+    """The server answered with a stream that held nothing at all: it likely refused."""
+    why = "the server answered with an empty stream, no reply at all"
+    if tools:
+        why += (
+            "; servers that cannot stream tool calls do this (llama-cpp-python with tool_choice"
+            ' "auto"): turn streaming off (stream=False, the chat\'s --no-stream)'
+        )
+    return ProviderError(provider, why)
+
+
 def _cause(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
-    return f"{type(cause).__name__}: {cause}" if cause is not None else "no detail"
+    return one_line(f"{type(cause).__name__}: {cause}") if cause is not None else "no detail"
 
 
 def chat_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:

@@ -29,7 +29,14 @@ from openai.types.responses import ResponseStreamEvent
 from steerable.errors import ProviderError
 from steerable.messages import Message, Part, Reasoning, Text, ToolCall
 from steerable.models._provider import ClientModel, StreamBroken, compact_json
-from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
+from steerable.models.base import (
+    FinishReason,
+    ModelEvent,
+    ModelRequest,
+    Reply,
+    TextDelta,
+    Usage,
+)
 from steerable.models.openai._common import (
     cut_short,
     make_client,
@@ -179,6 +186,7 @@ class _ReplyBuilder:
         self.output: list[dict[str, Any]] | None = None
         self.usage = Usage(requests=1)
         self.finished = False
+        self.incomplete: str | None = None  # why a response.incomplete stopped
 
     def add(self, event: ResponseStreamEvent) -> str:
         """Take one event; return the text it adds, for the run's events."""
@@ -195,6 +203,9 @@ class _ReplyBuilder:
                 mode="json"
             )
         elif kind in ("response.completed", "response.incomplete"):
+            if kind == "response.incomplete":
+                details = getattr(e.response, "incomplete_details", None)
+                self.incomplete = str(getattr(details, "reason", None) or "")
             self._complete(e.response)
         elif kind == "response.failed":
             self._failed(e.response)
@@ -237,7 +248,17 @@ class _ReplyBuilder:
                     summaries.extend(_summaries(item))
         if keep:
             parts.insert(0, Reasoning("\n\n".join(summaries), PROVIDER, compact_json(output)))
-        return Reply(Message("assistant", tuple(parts)), self.usage)
+        message = Message("assistant", tuple(parts))
+        return Reply(message, self.usage, self._finish_reason(message))
+
+    def _finish_reason(self, message: Message) -> FinishReason:
+        if self.incomplete is not None:
+            reasons: dict[str, FinishReason] = {
+                "max_output_tokens": "length",
+                "content_filter": "content_filter",
+            }
+            return reasons.get(self.incomplete, "other")
+        return "tool_calls" if message.tool_calls else "stop"
 
     def _tool_call(self, item: dict[str, Any]) -> ToolCall:
         arguments = item.get("arguments")
