@@ -14,7 +14,8 @@ only when it is picked, so a missing SDK is only an error for the one who asks f
 ======================  ===============================================================
 
 Keys come from ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY`` unless ``api_key`` is given; a
-compatible server given by ``base_url`` needs none.
+compatible server given by ``base_url`` (or ``OPENAI_BASE_URL``) needs none, and is sent
+``max_tokens`` rather than OpenAI's ``max_completion_tokens``.
 """
 
 from __future__ import annotations
@@ -50,13 +51,13 @@ def model_from_string(
             f"a model is named 'provider:model', like 'openai:gpt-5-mini' or"
             f" 'anthropic:claude-sonnet-4-5', not {spec!r}"
         )
+    compatible = base_url or os.environ.get("OPENAI_BASE_URL")
     if provider == "openai":
-        compatible = base_url or os.environ.get("OPENAI_BASE_URL")
         provider = "openai-chat" if compatible else "openai-responses"
     if provider == "openai-chat":
         from steerable.models.openai import OpenAIChatModel
 
-        if base_url is not None and "max_tokens_param" not in options:
+        if compatible and "max_tokens_param" not in options:
             options["max_tokens_param"] = "max_tokens"  # what compatible servers all know
         return OpenAIChatModel(name, base_url=base_url, api_key=api_key, **options)
     if provider == "openai-responses":

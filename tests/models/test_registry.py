@@ -29,6 +29,8 @@ async def test_openai_is_the_responses_api_and_a_base_url_makes_it_chat_completi
     from_env = model_from_string("openai:qwen")
     assert isinstance(from_env, OpenAIChatModel)
     assert str(from_env.client.base_url) == "http://127.0.0.1:2/v1/"
+    assert from_env.max_tokens_param == "max_tokens"  # the compatible server's settings
+    assert from_env.client.api_key == "sk-env"
     for made in (hosted, local, from_env):
         await made.aclose()
 
