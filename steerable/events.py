@@ -1,20 +1,36 @@
 """What a run reports as it goes. The CLI, the service and the web console render these.
 
 A run sends each event to the optional sink given to ``Runner.run``/``Runner.start`` and to
-every ``async for`` over ``Run.events()``. The last event of every run is :class:`Ended`.
+every ``async for`` over ``Run.events()``. The last event every ``events()`` iterator gets
+is :class:`Ended`, whatever ends the run (a cancelled run's too); the sink gets it unless
+the run's task was cancelled (a cancelled run calls nothing more).
+
+:class:`TextDelta` is the model's own event (:class:`steerable.models.base.TextDelta`),
+passed on as the model streamed it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from steerable.messages import Message, ToolCall, ToolResult
-from steerable.models.base import Usage
+from steerable.models.base import FinishReason, TextDelta, Usage
+from steerable.spec import Result
 
-if TYPE_CHECKING:
-    from steerable.runner import Result
+__all__ = [
+    "Ended",
+    "Event",
+    "EventSink",
+    "ModelRequested",
+    "Replied",
+    "Saved",
+    "SteersTaken",
+    "TextDelta",
+    "ToolEnded",
+    "ToolStarted",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,18 +42,12 @@ class ModelRequested:
 
 
 @dataclass(frozen=True, slots=True)
-class TextDelta:
-    """A piece of the reply's text as the model streams it."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
 class Replied:
-    """The model's whole reply."""
+    """The model's whole reply; ``finish_reason`` says why it stopped, if the model said."""
 
     message: Message
     usage: Usage
+    finish_reason: FinishReason | None = None
 
 
 @dataclass(frozen=True, slots=True)

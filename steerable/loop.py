@@ -7,10 +7,14 @@ They are appended where the run has got to, after the tool results, and stay the
 steer is never re-read as a fresh instruction on a later step, never put between a tool
 call and its result. With a session the step is one store call that saves what is new and
 takes the session's steers atomically, so a crash can neither lose a taken steer nor let a
-redone step take it twice.
+redone step take it twice. A steer from the box joins the run only once that save commits;
+if it fails, the steer is unapplied (and left in the store if the store can be reached).
 
 A run that dies mid-step redoes that step when resumed from the store, so a tool can run
 twice for one call.
+
+The pattern runs in the run's task and is driven through a :class:`Control`: it never sees
+the public :class:`steerable.Run`. :data:`PATTERNS` maps each :data:`PatternName` to its code.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Literal, Protocol
 
+from steerable._control import Control, Stopped
 from steerable.errors import ModelError
 from steerable.events import (
     Ended,
@@ -33,18 +38,37 @@ from steerable.events import (
     ToolEnded,
     ToolStarted,
 )
-from steerable.events import TextDelta as TextDeltaEvent
 from steerable.messages import Message, ToolCall, ToolResult
-from steerable.models.base import Model, ModelEvent, ModelRequest, Reply, TextDelta, Usage
-from steerable.runner import EndReason, Result, Run, Spec
+from steerable.models.base import (
+    FinishReason,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    Reply,
+    TextDelta,
+    Usage,
+)
+from steerable.spec import EndReason, PatternName, Result, Spec
 from steerable.store import Steer
 from steerable.tools import Tool
 
-_T = TypeVar("_T")
+_STOPPED = "the run was stopped before this call ended"
+_CANCELLED = "the run was cancelled before this call ended"
 
 
-class _Stopped(Exception):
-    """The run's stop() cut the current phase short."""
+class Pattern(Protocol):
+    """One run of a pattern, in the run's task."""
+
+    async def main(self) -> Result:
+        """Run to the end, publish :class:`Ended` and return the result."""
+        ...
+
+    def abandoned(self, error: BaseException) -> Result:
+        """The result of a run whose task ended without :meth:`main` returning (cancelled)."""
+        ...
+
+
+PatternFactory = Callable[[Control, Spec, Sequence[Message], Model, EventSink | None], Pattern]
 
 
 class _StoreFailed(Exception):
@@ -56,17 +80,17 @@ class _StoreFailed(Exception):
 
 
 class ReAct:
-    """One run of the ReAct pattern; driven by :class:`steerable.Run`."""
+    """One run of the ReAct pattern, driven through its :class:`Control`."""
 
     def __init__(
         self,
-        run: Run,
+        control: Control,
         spec: Spec,
         messages: Sequence[Message],
         model: Model,
         sink: EventSink | None,
     ) -> None:
-        self._run = run
+        self._control = control
         self._spec = spec
         self._model = model
         self._sink = sink
@@ -75,137 +99,160 @@ class ReAct:
         self.transcript: list[Message] = list(messages)
         self._steps = 0
         self._usage = Usage()
+        self._finish_reason: FinishReason | None = None
         self._taken: list[Message] = []
         self._output = ""
-        self._phase: asyncio.Future[Any] | None = None
+        self._calls: list[ToolCall] = []  # the calls under way, until their results are in
         self._results: dict[int, ToolResult] = {}
+        self._unsaved: list[Steer] = []  # box steers whose step's save has not committed
+        self._left: tuple[Steer, ...] | None = None  # the unapplied steers, once the box closed
+        control.saw(self.transcript)
 
     # -- the run ------------------------------------------------------------------------
 
     async def main(self) -> Result:
         error: BaseException | None = None
-        store_failed = False
+        save = self._spec.session is not None
         try:
             reason = await self._react()
-        except _StoreFailed as exc:
-            reason, error, store_failed = "failed", exc.error, True
+        except _StoreFailed as exc:  # a store that just failed is not asked to save again
+            reason, error, save = "failed", exc.error, False
         except Exception as exc:  # a model or sink failure ends the run; the transcript stays
             reason, error = "failed", exc
-        unapplied = tuple(self._run.take_box())
-        if not store_failed:  # a store that just failed is not asked again
-            try:
-                await self._finish(unapplied)
-            except _StoreFailed as exc:
-                reason, error = "failed", exc.error
-        result = Result(
-            transcript=tuple(self.transcript),
-            output=self._output if reason == "completed" else "",
-            reason=reason,
-            steps=self._steps,
-            usage=self._usage,
-            steers=tuple(self._taken),
-            unapplied_steers=unapplied,
-            new_messages=tuple(self.transcript[self._given :]),
-            error=error,
-        )
-        await self._emit(Ended(result))
+        if self._calls:  # a failure during the tool calls: answer them, keep the transcript valid
+            self._answer("the run failed before this call ended")
+        unapplied = self._unapplied()
+        trouble = await self._finish(unapplied, save=save)
+        if trouble is not None and error is None:
+            reason, error = "failed", trouble
+        result = self._result(reason, error)
+        self._control.end(result)
+        if self._sink is not None:
+            produced = self._sink(Ended(result))
+            if inspect.isawaitable(produced):
+                await produced
         return result
+
+    def abandoned(self, error: BaseException) -> Result:
+        """The result of a run whose task was cancelled: no store call, no sink call."""
+        if self._calls:
+            self._answer(_CANCELLED)
+        self._unapplied()
+        return self._result("failed", error)
 
     async def _react(self) -> EndReason:
         spec = self._spec
+        control = self._control
         while True:
             await self._step()
-            if self._run.stopping:
+            if control.stopping:
                 return "stopped"
             if self._steps >= spec.max_steps:
                 return "max_steps"
             self._steps += 1
             await self._emit(ModelRequested(self._steps, len(self.transcript)))
             try:
-                reply = await self._phase_of(self._request())
-            except _Stopped:
+                reply = await control.interruptible(self._request())
+            except Stopped:
                 return "stopped"
             self.transcript.append(reply.message)
             self._usage += reply.usage
-            await self._emit(Replied(reply.message, reply.usage))
+            self._finish_reason = reply.finish_reason
+            await self._emit(Replied(reply.message, reply.usage, reply.finish_reason))
             calls = reply.message.tool_calls
             if not calls:
                 self._output = reply.message.text
                 return "completed"
-            self._results = {}
+            self._calls, self._results = calls, {}
             try:
-                await self._phase_of(self._call_tools(calls))
-            except _Stopped:
-                self._answer(calls, stopped=True)
+                await control.interruptible(self._call_tools(calls))
+            except Stopped:
+                self._answer(_STOPPED)
                 return "stopped"
-            self._answer(calls, stopped=False)
+            self._answer(_STOPPED)
 
-    def _stopping(self) -> bool:
-        return self._run.stopping
+    def _result(self, reason: EndReason, error: BaseException | None) -> Result:
+        return Result(
+            transcript=tuple(self.transcript),
+            output=self._output if reason == "completed" else "",
+            reason=reason,
+            steps=self._steps,
+            usage=self._usage,
+            steers=tuple(self._taken),
+            unapplied_steers=self._unapplied(),
+            new_messages=tuple(self.transcript[self._given :]),
+            error=error,
+            finish_reason=self._finish_reason,
+        )
 
-    def interrupt(self) -> None:
-        """Cancel the model request or tool calls under way (the run's stop)."""
-        if self._phase is not None:
-            self._phase.cancel()
-
-    async def _phase_of(self, work: Awaitable[_T]) -> _T:
-        """Run ``work`` as a task that stop() can cancel without cancelling the run."""
-        if self._stopping():
-            if inspect.iscoroutine(work):
-                work.close()
-            raise _Stopped
-        task: asyncio.Task[_T] = asyncio.ensure_future(work)
-        self._phase = task
-        try:
-            return await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if self._stopping() and task.cancelled() and not (current and current.cancelling()):
-                raise _Stopped from None
-            task.cancel()
-            raise
-        finally:
-            self._phase = None
+    def _unapplied(self) -> tuple[Steer, ...]:
+        """Close the box: the steers no request saw, the first time; the same ones later."""
+        if self._left is None:
+            self._left = (*self._unsaved, *self._control.close())
+            self._unsaved = []
+        return self._left
 
     # -- a step -------------------------------------------------------------------------
 
     async def _step(self) -> None:
+        control = self._control
         room = self._spec.steers_per_turn - len(self._taken)
-        mine = tuple(s.message() for s in self._run.take_box(room)) if room > 0 else ()
-        if mine:
-            self._took(mine)
-            room -= len(mine)
-            await self._emit(SteersTaken(mine, "run"))
+        mine = control.take(room) if room > 0 else []
         session = self._spec.session
         if session is None:
+            if mine:
+                await self._join(tuple(s.message() for s in mine), "run")
             return
+        at = len(self.transcript)
+        if mine:  # they join once the save that records them commits
+            self._unsaved = mine
+            self.transcript.extend(s.message() for s in mine)
         try:
-            taken = await session.save(self.transcript, take=room)
-        except Exception as exc:
-            raise _StoreFailed(exc) from exc
+            taken = await session.save(self.transcript, take=room - len(mine))
+        except BaseException as exc:
+            del self.transcript[at:]  # not recorded (as far as the run knows): unapplied
+            if isinstance(exc, Exception):
+                raise _StoreFailed(exc) from exc
+            raise
+        self._unsaved = []
         await self._emit(Saved(session.stored or 0))
+        if mine:
+            joined = tuple(self.transcript[at:])
+            self._taken.extend(joined)
+            await self._emit(SteersTaken(joined, "run"))
         if taken:
-            self._took(tuple(taken))
-            await self._emit(SteersTaken(tuple(taken), "session"))
+            control.saw(taken)
+            await self._join(tuple(taken), "session")
 
-    def _took(self, messages: tuple[Message, ...]) -> None:
+    async def _join(self, messages: tuple[Message, ...], source: Literal["run", "session"]) -> None:
         self.transcript.extend(messages)
         self._taken.extend(messages)
+        await self._emit(SteersTaken(messages, source))
 
-    async def _finish(self, unapplied: tuple[Steer, ...]) -> None:
-        """The save once the pattern returns; unapplied steers wait in the session's store."""
+    async def _finish(self, unapplied: tuple[Steer, ...], *, save: bool) -> Exception | None:
+        """The save once the pattern returns, then unapplied steers wait in the store.
+
+        Returns what failed, if anything. Leaving the steers is tried even after the store
+        failed (a conflict says nothing about reaching it); the first failure ends it.
+        """
         session = self._spec.session
         if session is None:
-            return
-        try:
-            stored = session.stored
-            if stored is None or stored < len(self.transcript):
-                await session.save(self.transcript)
-                await self._emit(Saved(session.stored or 0))
-            for steer in unapplied:
+            return None
+        failure: Exception | None = None
+        if save:
+            try:
+                stored = session.stored
+                if stored is None or stored < len(self.transcript):
+                    await session.save(self.transcript)
+                    await self._emit(Saved(session.stored or 0))
+            except Exception as exc:
+                failure = exc
+        for steer in unapplied:
+            try:
                 await session.steer(steer)
-        except Exception as exc:
-            raise _StoreFailed(exc) from exc
+            except Exception as exc:  # unreachable: the steers stay in the result only
+                return failure or exc
+        return failure
 
     # -- the model --------------------------------------------------------------------
 
@@ -215,12 +262,12 @@ class ReAct:
             spec.instructions, tuple(self.transcript), spec.tool_specs, spec.settings
         )
         reply: Reply | None = None
-        listened = self._sink is not None or self._run.listened
+        listened = self._sink is not None or bool(self._control.subs)
         async with _closing(self._model.stream(request)) as stream:
             async for event in stream:
                 if isinstance(event, TextDelta):
                     if listened:
-                        await self._emit(TextDeltaEvent(event.text))
+                        await self._emit(event)
                 elif isinstance(event, Reply):
                     reply = event
                 else:
@@ -234,7 +281,7 @@ class ReAct:
     # -- tools --------------------------------------------------------------------------
 
     async def _call_tools(self, calls: list[ToolCall]) -> None:
-        if len(calls) == 1:
+        if len(calls) == 1:  # in the run's own task: a stop cancels it there
             await self._call_tool(0, calls[0])
             return
         async with asyncio.TaskGroup() as group:
@@ -254,17 +301,14 @@ class ReAct:
         self._results[index] = result
         await self._emit(ToolEnded(call, result))
 
-    def _answer(self, calls: list[ToolCall], *, stopped: bool) -> None:
-        """Append the results in call order; calls a stop cut short get an error result."""
-        results = []
-        for index, call in enumerate(calls):
-            result = self._results.get(index)
-            if result is None:
-                result = ToolResult(
-                    call.id, call.name, "the run was stopped before this call ended", True
-                )
-            results.append(result)
+    def _answer(self, missing: str) -> None:
+        """Append the results in call order; a call without one gets an error saying why."""
+        results = [
+            self._results.get(i) or ToolResult(c.id, c.name, missing, True)
+            for i, c in enumerate(self._calls)
+        ]
         self.transcript.append(Message("user", tuple(results)))
+        self._calls = []
 
     # -- events -------------------------------------------------------------------------
 
@@ -273,7 +317,11 @@ class ReAct:
             produced = self._sink(event)
             if inspect.isawaitable(produced):
                 await produced
-        self._run.publish(event)
+        self._control.publish(event)
+
+
+PATTERNS: Mapping[PatternName, PatternFactory] = {"react": ReAct}
+"""The code of each pattern a :class:`steerable.Spec` can name."""
 
 
 @contextlib.asynccontextmanager

@@ -1,9 +1,11 @@
-"""The loop's public face: :class:`Spec`, :class:`Runner`, :class:`Run` and :class:`Result`.
+"""The loop's public face: :class:`Runner` and the :class:`Run` handle.
 
 ``Runner.run(spec, messages, model)`` runs the spec's pattern over ``messages`` and returns
 a :class:`Result`; ``Runner.start(...)`` returns a :class:`Run` handle to steer, stop,
-watch (``async for event in run.events()``) and await. The pattern itself (ReAct) lives in
-:mod:`steerable.loop`.
+watch (``async for event in run.events()``) and await. :class:`Spec` and :class:`Result`
+live in :mod:`steerable.spec` (importable from here too); the pattern itself (ReAct) lives
+in :mod:`steerable.loop`, below this module, and is driven through a private control
+object, never through the ``Run``.
 
 There is no resume call. To carry on a conversation, load its transcript and pass it: if it
 ends with a tool result or a steer (a run died mid-turn), pass it as it is and the step is
@@ -17,76 +19,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Generator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from steerable._control import Control
 from steerable.errors import UsageError
-from steerable.events import Event, EventSink
+from steerable.events import Ended, Event, EventSink
+from steerable.loop import PATTERNS
 from steerable.messages import Message, user
-from steerable.models.base import Model, ModelSettings, ToolSpec, Usage
-from steerable.session import Session
+from steerable.models.base import Model
+from steerable.spec import EndReason, Result, Spec
 from steerable.store import Steer
-from steerable.tools import Tool, ToolFunction, as_tools
 
-EndReason = Literal["completed", "max_steps", "stopped", "failed"]
-
-
-@dataclass(frozen=True, slots=True)
-class Spec:
-    """What to run: the pattern, its limits, tools, instructions and (optionally) a session.
-
-    ``session=None`` (the default) makes no store call at all. With a session the
-    transcript is saved before every model request and once more when the pattern
-    returns, and the session's steers are taken at every step. ``steers_per_turn`` caps
-    the steers one run takes (its own and the session's together); the rest wait.
-    ``tool_timeout`` applies to tools that set no timeout of their own.
-    """
-
-    pattern: Literal["react"] = "react"
-    max_steps: int = 32
-    tools: Sequence[Tool | ToolFunction] = ()
-    instructions: str | None = None
-    settings: ModelSettings = ModelSettings()
-    session: Session | None = None
-    steers_per_turn: int = 16
-    tool_timeout: float | None = None
-    tool_specs: tuple[ToolSpec, ...] = field(init=False, repr=False, default=())
-
-    def __post_init__(self) -> None:
-        if self.pattern != "react":
-            raise UsageError(f"unknown pattern {self.pattern!r}; the patterns are: 'react'")
-        if not isinstance(self.max_steps, int) or self.max_steps < 1:
-            raise UsageError(f"max_steps is an int >= 1, not {self.max_steps!r}")
-        if not isinstance(self.steers_per_turn, int) or self.steers_per_turn < 0:
-            raise UsageError(f"steers_per_turn is an int >= 0, not {self.steers_per_turn!r}")
-        if self.session is not None and not isinstance(self.session, Session):
-            raise UsageError(f"session is a steerable.Session, not {type(self.session).__name__}")
-        tools = as_tools(self.tools)
-        object.__setattr__(self, "tools", tools)
-        object.__setattr__(self, "tool_specs", tuple(t.spec for t in tools))
-
-
-@dataclass(frozen=True, slots=True)
-class Result:
-    """How a run ended.
-
-    ``transcript`` is the whole conversation (what was passed in, then this run's
-    messages); ``output`` the final answer's text (empty unless ``reason`` is
-    ``"completed"``); ``steers`` the steered messages this run took, in order;
-    ``unapplied_steers`` the steers given to ``Run.steer`` that no model request saw (with
-    a session they are also left in its store, for the next run to take); ``error`` what
-    failed the run when ``reason`` is ``"failed"``.
-    """
-
-    transcript: tuple[Message, ...]
-    output: str
-    reason: EndReason
-    steps: int
-    usage: Usage
-    steers: tuple[Message, ...]
-    unapplied_steers: tuple[Steer, ...]
-    new_messages: tuple[Message, ...]
-    error: BaseException | None = None
+__all__ = ["EndReason", "Result", "Run", "Runner", "Spec"]
 
 
 class Run:
@@ -95,6 +39,8 @@ class Run:
     Create one with :meth:`Runner.start`.
     """
 
+    __slots__ = ("_control", "_pattern", "_task")
+
     def __init__(
         self,
         spec: Spec,
@@ -102,69 +48,45 @@ class Run:
         model: Model,
         events: EventSink | None,
     ) -> None:
-        from steerable.loop import ReAct  # the pattern imports this module's types
+        self._control = Control()
+        self._pattern = PATTERNS[spec.pattern](self._control, spec, messages, model, events)
+        self._task = asyncio.get_running_loop().create_task(self._pattern.main())
+        self._task.add_done_callback(self._ended)
 
-        self._box: list[Steer] = []
-        self._stopping = False
-        self._subscribers: list[asyncio.Queue[Event]] = []
-        self._loop = ReAct(self, spec, messages, model, events)
-        self._task = asyncio.get_running_loop().create_task(self._loop.main())
+    def _ended(self, task: asyncio.Task[Result]) -> None:
+        # A run whose task was cancelled (even before it began) did not get to publish its
+        # end: do it here, so no events() iterator waits forever.
+        if self._control.ended is None:
+            error = asyncio.CancelledError() if task.cancelled() else task.exception()
+            self._control.end(self._pattern.abandoned(error or asyncio.CancelledError()))
 
     def steer(self, text: str | Steer, *, id: str | None = None) -> Steer:
         """Leave a message for the run's next step. No I/O: it waits in the run's memory.
 
-        A steer whose id this run has seen is ignored (and returned as it was first given).
+        A steer whose id this run has seen (waiting, taken from its box or from the
+        session's store) is ignored, and the one first seen is returned: a client that
+        retries is safe. Steering a run that has ended is a :class:`UsageError`.
         """
-        if self._task.done():
-            raise UsageError("the run has ended; steer its session, or start a new run")
         steer = text if isinstance(text, Steer) else Steer(text, id) if id else Steer(text)
-        for waiting in self._box:
-            if waiting.id == steer.id:
-                return waiting
-        self._box.append(steer)
-        return steer
+        return self._control.steer(steer)
 
     def stop(self) -> None:
         """End the run now: a model request or tool call under way is cancelled.
 
         Calls cut short get an error result saying so, the transcript is saved (with a
-        session) and the result's reason is ``"stopped"``. Stopping an ended run does
-        nothing.
+        session) and the result's reason is ``"stopped"``. A store write in flight is
+        never cut. Stopping an ended run does nothing.
         """
-        self._stopping = True
-        self._loop.interrupt()
-
-    @property
-    def stopping(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stopping
-
-    def take_box(self, limit: int | None = None) -> list[Steer]:
-        """Remove and return up to ``limit`` (default: all) steers from the run's box."""
-        if not self._box:
-            return []
-        taken, self._box[:] = self._box[:limit], self._box[limit:]
-        return taken
-
-    def publish(self, event: Event) -> None:
-        """Hand ``event`` to every ``events()`` iterator."""
-        for queue in self._subscribers:
-            queue.put_nowait(event)
-
-    @property
-    def listened(self) -> bool:
-        """Whether anything iterates over this run's events."""
-        return bool(self._subscribers)
+        self._control.stop()
 
     async def events(self) -> AsyncIterator[Event]:
         """The run's events from now on, ending with :class:`steerable.events.Ended`."""
-        from steerable.events import Ended
-
-        if self._task.done():
-            yield Ended(self._task.result())
+        control = self._control
+        if control.ended is not None:
+            yield Ended(control.ended)
             return
         queue: asyncio.Queue[Event] = asyncio.Queue()
-        self._subscribers.append(queue)
+        control.subs.append(queue)
         try:
             while True:
                 event = await queue.get()
@@ -172,7 +94,7 @@ class Run:
                 if isinstance(event, Ended):
                     return
         finally:
-            self._subscribers.remove(queue)
+            control.subs.remove(queue)
 
     def done(self) -> bool:
         """Whether the run has ended."""

@@ -7,7 +7,10 @@ against the signature before the function runs.
 
 Nothing a tool does fails the run. A tool that raises, times out, is not known, or gets
 arguments that are not valid JSON (or do not fit its signature) gives the model an error
-result that says so, and the run goes on. Cancellation is never turned into a result.
+result that says so, and the run goes on. Only the tool's own deadline (its ``timeout``,
+else the spec's ``tool_timeout``) is reported as a timeout: a ``TimeoutError`` the tool
+raises itself is its error like any other, with its message. Cancellation is never
+turned into a result.
 
 A sync function runs in a worker thread, so a slow one does not hold up the other calls
 of the same reply, which run concurrently.
@@ -62,15 +65,18 @@ class Tool:
             arguments = self._validate(call.arguments)
         except _BadArguments as exc:
             return ToolResult(call.id, call.name, str(exc), is_error=True)
+        deadline = asyncio.timeout(limit)
         try:
-            async with asyncio.timeout(limit):
+            async with deadline:
                 value = await self._invoke(arguments)
-        except TimeoutError:
-            return ToolResult(
-                call.id, call.name, f"the tool timed out after {limit:g} s", is_error=True
-            )
         except Exception as exc:  # a tool's failure is the model's to read, not the run's
-            return ToolResult(call.id, call.name, f"{type(exc).__name__}: {exc}", is_error=True)
+            # Only this deadline is a timeout; a TimeoutError the tool raised itself (its
+            # own network call timed out) is its error, with its message.
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                text = f"the tool timed out after {limit:g} s"
+            else:
+                text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return ToolResult(call.id, call.name, text, is_error=True)
         return ToolResult(call.id, call.name, _as_text(value))
 
     def _validate(self, raw: str) -> dict[str, Any]:
