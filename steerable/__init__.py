@@ -29,10 +29,21 @@ from steerable.messages import (
     transcript_problems,
     user,
 )
-from steerable.models.base import Model, ModelRequest, ModelSettings, Usage
+from steerable.models.base import (
+    FinishReason,
+    Model,
+    ModelEvent,
+    ModelRequest,
+    ModelSettings,
+    Reply,
+    TextDelta,
+    ToolSpec,
+    Usage,
+)
 from steerable.models.scripted import ScriptedModel
-from steerable.runner import EndReason, Result, Run, Runner, Spec
+from steerable.runner import Run, Runner
 from steerable.session import Session, open_session
+from steerable.spec import EndReason, Result, Spec
 from steerable.store import Steer, Store
 from steerable.tools import Tool, tool
 
@@ -40,15 +51,18 @@ __all__ = [
     "CorruptRecord",
     "EndReason",
     "Event",
+    "FinishReason",
     "InvalidMessage",
     "Message",
     "Model",
     "ModelError",
+    "ModelEvent",
     "ModelRequest",
     "ModelSettings",
     "Part",
     "ProviderError",
     "Reasoning",
+    "Reply",
     "Result",
     "Run",
     "Runner",
@@ -62,9 +76,11 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Text",
+    "TextDelta",
     "Tool",
     "ToolCall",
     "ToolResult",
+    "ToolSpec",
     "TranscriptConflict",
     "Usage",
     "UsageError",

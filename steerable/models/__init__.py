@@ -7,6 +7,7 @@ that does not stream yields only the reply. Provider adapters live in their own 
 """
 
 from steerable.models.base import (
+    FinishReason,
     Model,
     ModelEvent,
     ModelRequest,
@@ -19,6 +20,7 @@ from steerable.models.base import (
 from steerable.models.scripted import ScriptedModel
 
 __all__ = [
+    "FinishReason",
     "Model",
     "ModelEvent",
     "ModelRequest",

@@ -8,6 +8,8 @@ A script entry is one of:
 - a ``str``: a text answer, streamed word by word as text deltas;
 - a :class:`ToolCall` (see :func:`call`) or a list of calls and strings: one reply;
 - a :class:`Message`: sent as it is (it must be the assistant's);
+- a :class:`Reply`: its message, as above, with its ``finish_reason`` (say ``"length"``
+  for a reply cut by ``max_tokens``); its usage is the scripted model's own;
 - a callable taking the :class:`ModelRequest` and returning (or awaiting to) any of the
   above: for replies that depend on what was asked, or that wait on a test's signal.
 
@@ -27,7 +29,7 @@ from steerable.errors import ScriptExhausted, UsageError
 from steerable.messages import Message, Part, Text, ToolCall
 from steerable.models.base import ModelEvent, ModelRequest, Reply, TextDelta, Usage
 
-ReplyLike: TypeAlias = str | ToolCall | Message | Sequence[str | ToolCall]
+ReplyLike: TypeAlias = str | ToolCall | Message | Reply | Sequence[str | ToolCall]
 ScriptEntry: TypeAlias = ReplyLike | Callable[[ModelRequest], ReplyLike | Awaitable[ReplyLike]]
 
 _call_ids = itertools.count(1)
@@ -40,6 +42,8 @@ def call(name: str, arguments: str = "{}", *, id: str | None = None) -> ToolCall
 
 
 def _message(entry: ReplyLike) -> Message:
+    if isinstance(entry, Reply):
+        entry = entry.message
     if isinstance(entry, Message):
         if entry.role != "assistant":
             raise UsageError("a scripted reply is the assistant's message")
@@ -85,6 +89,7 @@ class ScriptedModel:
             produced = entry(request)
             entry = await produced if inspect.isawaitable(produced) else produced
         message = _message(entry)
+        finish_reason = entry.finish_reason if isinstance(entry, Reply) else None
         if self.delay:
             await asyncio.sleep(self.delay)
         for part in message.parts:
@@ -96,4 +101,4 @@ class ScriptedModel:
             output_tokens=len(_words.findall(message.text)) + len(message.tool_calls),
             requests=1,
         )
-        yield Reply(message, usage)
+        yield Reply(message, usage, finish_reason)

@@ -40,14 +40,16 @@ async def test_an_unwritable_sqlite_path_is_store_unavailable_naming_the_path(
     else:
         path = locked / "sessions.db"
     with pytest.raises(StoreUnavailable, match=str(path)):
-        await SQLiteStore.open(path)
+        async with SQLiteStore(path):
+            pass
 
 
 async def test_a_file_that_is_not_a_database_is_store_unavailable(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("these are my notes, not a database" * 100)
     with pytest.raises(StoreUnavailable, match=r"notes\.txt"):
-        await SQLiteStore.open(path)
+        async with SQLiteStore(path):
+            pass
     assert path.read_text().startswith("these are my notes")
 
 

@@ -4,26 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 
+import steerable.events
+import steerable.models.base
 from steerable import (
     Message,
+    ModelEvent,
     ModelRequest,
+    Reply,
     Run,
     Runner,
     ScriptedModel,
     Spec,
-    Steer,
+    TextDelta,
     ToolResult,
+    assistant,
     open_session,
     transcript_problems,
     user,
 )
 from steerable.errors import ScriptExhausted
-from steerable.events import Ended, Event, Replied, Saved, TextDelta, ToolEnded, ToolStarted
+from steerable.events import Ended, Event, Replied, Saved, ToolEnded, ToolStarted
 from steerable.models.scripted import ScriptEntry, call
 from steerable.stores.memory import MemoryStore
 
@@ -322,4 +327,47 @@ async def test_steering_an_ended_run_is_a_usage_error() -> None:
     await run
     with pytest.raises(UsageError, match="ended"):
         run.steer("late")
-    assert isinstance(Steer("x"), Steer)
+
+
+async def test_a_stop_from_inside_a_tool_that_returns_at_once_stops_at_the_next_check() -> None:
+    holder: list[Run] = []
+    saved = open_session("s", MemoryStore())
+
+    async def halt() -> str:
+        holder[0].stop()  # from the run's own task; its cancellation must not hit the save
+        return "halting"
+
+    model = ScriptedModel([call("halt"), "never asked"])
+    holder.append(Runner.start(Spec(tools=[halt], session=saved), "go", model))
+    result = await holder[0]
+    assert result.reason == "stopped"
+    assert [r.content for r in results(result.transcript)] == ["halting"]
+    assert len(model.requests) == 1
+    assert await saved.messages() == list(result.transcript)
+
+
+async def test_the_last_reply_s_finish_reason_is_in_the_result_and_its_event() -> None:
+    cut = Reply(assistant("a reply cut sh"), finish_reason="length")
+    seen: list[Event] = []
+    model = ScriptedModel([call("echo", '{"text": "x"}'), cut])
+    result = await Runner.run(Spec(tools=[echo]), "go", model, seen.append)
+    assert result.finish_reason == "length"
+    assert [e.finish_reason for e in seen if isinstance(e, Replied)] == [None, "length"]
+    assert result.transcript[-1] is cut.message
+
+
+async def test_the_model_s_text_deltas_are_the_run_s_events_as_they_are() -> None:
+    sent = TextDelta("hello")
+
+    class Streaming:
+        name = "streaming"
+
+        async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+            yield sent
+            yield Reply(assistant("hello"))
+
+    seen: list[Event] = []
+    await Runner.run(Spec(), "go", Streaming(), seen.append)
+    assert [e for e in seen if isinstance(e, TextDelta)] == [sent]
+    assert next(e for e in seen if isinstance(e, TextDelta)) is sent
+    assert steerable.events.TextDelta is steerable.TextDelta is steerable.models.base.TextDelta

@@ -11,6 +11,7 @@ from steerable import (
     Runner,
     ScriptedModel,
     Spec,
+    Steer,
     open_session,
     transcript_problems,
 )
@@ -197,3 +198,61 @@ async def test_a_steer_id_given_twice_to_a_run_is_one_steer() -> None:
     holder.append(Runner.start(Spec(tools=[tool]), "go", model))
     result = await holder[0]
     assert [m.text for m in result.steers] == ["once"]
+
+
+async def test_a_steer_id_given_again_after_the_run_took_it_from_its_box_is_ignored() -> None:
+    holder: list[Run] = []
+
+    def tool() -> str:
+        first = holder[0].steer("once", id="retried")
+        assert holder[0].steer("a retry", id="retried") is first
+        return "ok"
+
+    model = ScriptedModel([call("tool"), call("tool"), "done"])
+    holder.append(Runner.start(Spec(tools=[tool]), "go", model))
+    result = await holder[0]
+    assert result.reason == "completed"
+    assert [m.id for m in result.steers] == ["retried"]
+    assert [m.id for m in result.transcript].count("retried") == 1
+    assert transcript_problems(result.transcript) == []
+
+
+async def test_a_steer_id_the_run_took_with_a_session_is_ignored_when_given_again() -> None:
+    store = MemoryStore()
+    session = open_session("s", store)
+    await session.steer("from the store", id="via-store")
+    holder: list[Run] = []
+    calls = 0
+
+    def tool() -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            holder[0].steer("from the box", id="via-box")
+        else:  # a client that retries both, after the run took them
+            holder[0].steer("from the box", id="via-box")
+            holder[0].steer("from the store", id="via-store")
+        return "ok"
+
+    model = ScriptedModel([call("tool"), call("tool"), "done"])
+    holder.append(Runner.start(Spec(tools=[tool], session=session), "go", model))
+    result = await holder[0]
+    assert result.reason == "completed", result.error
+    assert sorted(m.id for m in result.steers) == ["via-box", "via-store"]
+    assert result.unapplied_steers == ()
+    ids = [m.id for m in await store.messages("s")]
+    assert ids.count("via-box") == 1 and ids.count("via-store") == 1
+
+
+async def test_a_steered_message_in_the_transcript_given_is_a_seen_id() -> None:
+    holder: list[Run] = []
+
+    def answer(request: ModelRequest) -> str:
+        holder[0].steer("use celsius", id="given")  # a retry of a steer already recorded
+        return "ok"
+
+    messages = [Steer("use celsius", "given").message()]
+    holder.append(Runner.start(Spec(), messages, ScriptedModel([answer])))
+    result = await holder[0]
+    assert result.unapplied_steers == ()
+    assert [m.id for m in result.transcript].count("given") == 1

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 import pytest
 from pydantic import Field
 
-from steerable import ToolCall, UsageError, tool
+from steerable import Runner, ScriptedModel, Spec, ToolCall, UsageError, tool
+from steerable.models.scripted import call
 from steerable.tools import as_tools
 
 
@@ -73,3 +75,37 @@ def test_functions_the_model_cannot_call_are_refused() -> None:
         tool(star)
     with pytest.raises(UsageError, match="share the names"):
         as_tools([weather, weather])
+
+
+@pytest.mark.parametrize("default_timeout", [None, 30.0])
+async def test_a_tool_s_own_timeout_error_is_its_error_result_with_its_message(
+    default_timeout: float | None,
+) -> None:
+    async def fetch() -> str:
+        raise TimeoutError("the weather service did not answer in 2 s")
+
+    result = await tool(fetch).run(ToolCall("c", "fetch", "{}"), default_timeout=default_timeout)
+    assert result.is_error
+    assert result.content == "TimeoutError: the weather service did not answer in 2 s"
+
+
+async def test_only_the_tool_s_deadline_is_reported_as_a_timeout() -> None:
+    @tool(timeout=0.01)
+    async def slow() -> str:
+        await asyncio.sleep(3600)
+        return "never"
+
+    result = await slow.run(ToolCall("c", "slow", "{}"))
+    assert result.is_error and result.content == "the tool timed out after 0.01 s"
+
+
+async def test_in_a_run_a_tool_s_own_timeout_error_does_not_fail_the_run() -> None:
+    def fetch() -> str:
+        """Its own network call timed out."""
+        raise TimeoutError("upstream timed out")
+
+    model = ScriptedModel([call("fetch"), "I could not fetch it"])
+    result = await Runner.run(Spec(tools=[fetch]), "go", model)
+    assert (result.reason, result.output) == ("completed", "I could not fetch it")
+    (res,) = result.transcript[2].tool_results
+    assert res.is_error and res.content == "TimeoutError: upstream timed out"

@@ -1,0 +1,91 @@
+"""Every events() iterator ends with Ended, whatever ends the run; a cancelled run's result."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from steerable import (
+    ModelRequest,
+    Run,
+    Runner,
+    ScriptedModel,
+    Spec,
+    open_session,
+    transcript_problems,
+)
+from steerable.events import Ended, Event
+from steerable.models.scripted import call
+from steerable.stores.memory import MemoryStore
+
+
+async def collect(run: Run) -> list[Event]:
+    return [event async for event in run.events()]
+
+
+async def test_cancelling_the_awaiter_ends_every_event_stream_and_still_propagates() -> None:
+    entered = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> str:
+        entered.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    run = Runner.start(Spec(), "go", ScriptedModel([hang]))
+    streams = [asyncio.create_task(collect(run)) for _ in range(2)]
+
+    async def caller() -> None:
+        await run
+
+    awaiter = asyncio.create_task(caller())
+    await entered.wait()
+    await asyncio.sleep(0)  # the iterators are listening
+    awaiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await awaiter
+    ends = []
+    for events in await asyncio.wait_for(asyncio.gather(*streams), 10):
+        last = events[-1]
+        assert isinstance(last, Ended)
+        ends.append(last)
+        assert last.result.reason == "failed"
+        assert isinstance(last.result.error, asyncio.CancelledError)
+        assert [m.text for m in last.result.transcript] == ["go"]
+    assert run.done()
+    (late,) = [event async for event in run.events()]  # after the end: the same result
+    assert isinstance(late, Ended) and late.result is ends[0].result is ends[1].result
+
+
+async def test_a_run_cancelled_during_its_tool_calls_ends_with_a_valid_transcript() -> None:
+    session = open_session("s", MemoryStore())
+    started = asyncio.Event()
+
+    async def forever() -> str:
+        """Never finishes by itself."""
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    model = ScriptedModel([[call("forever"), call("forever")], "unused"])
+    run = Runner.start(Spec(tools=[forever], session=session), "go", model)
+    stream = asyncio.create_task(collect(run))
+
+    async def caller() -> None:
+        await run
+
+    awaiter = asyncio.create_task(caller())
+    await started.wait()
+    run.steer("too late", id="late")
+    awaiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await awaiter
+    ended = (await asyncio.wait_for(stream, 10))[-1]
+    assert isinstance(ended, Ended)
+    result = ended.result
+    assert transcript_problems(result.transcript) == []
+    assert all("cancelled" in r.content for r in result.transcript[-1].tool_results)
+    assert [s.id for s in result.unapplied_steers] == ["late"]
+    # A cancelled run does no more I/O: the store holds what the last step saved.
+    assert [m.text for m in await session.messages()] == ["go"]
+    assert await session.steers() == []
