@@ -243,3 +243,14 @@ async def test_a_stop_while_the_reply_streams_closes_the_request_and_keeps_no_ha
     assert [m.text for m in result.transcript] == ["talk"]  # no half reply kept
     assert 0 < len([e for e in events if isinstance(e, TextDelta)]) < 200
     assert not transcript_problems(result.transcript)
+
+
+async def test_a_reply_cut_by_max_tokens_says_so() -> None:
+    answers = [anthropic_stream(text_block("Half an"), stop_reason="max_tokens")]
+    answers.append(anthropic_stream(text_block("Whole.")))
+    with WireServer(*answers) as server:
+        async with model(server) as m:
+            cut = await Runner.run(Spec(), "go", m)
+            whole = await Runner.run(Spec(), "go", m)
+    assert (cut.reason, cut.finish_reason) == ("completed", "length")
+    assert whole.finish_reason == "stop"

@@ -235,3 +235,13 @@ async def test_a_compatible_server_without_a_key_gets_a_placeholder(
             result = await Runner.run(Spec(), [Message("user", (Text("hi"),))], compatible)
     assert result.output == "hi"
     assert server.requests[0].headers["authorization"] == "Bearer no-key"
+
+
+async def test_a_reply_cut_by_max_tokens_says_so() -> None:
+    answers = [chat_stream(["Half an"], finish="length"), chat_stream(["Whole."])]
+    with WireServer(*answers) as server:
+        async with model(server) as m:
+            cut = await Runner.run(Spec(), "go", m)
+            whole = await Runner.run(Spec(), "go", m)
+    assert (cut.reason, cut.finish_reason, cut.output) == ("completed", "length", "Half an")
+    assert whole.finish_reason == "stop"

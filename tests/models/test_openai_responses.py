@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from steerable import Runner, Spec, transcript_problems
+from steerable import Runner, Spec, transcript_problems, user
 from steerable.errors import ProviderError
 from steerable.events import Event, TextDelta
 from steerable.messages import Reasoning, Text, ToolCall
-from steerable.models.base import ModelSettings, Usage
+from steerable.models.base import ModelRequest, ModelSettings, Usage
 from steerable.models.openai import OpenAIResponsesModel
 from tests.models.gate import Gate, run_with_steer
 from tests.models.wire import (
@@ -145,3 +145,12 @@ async def test_a_503_is_retried() -> None:
             result = await Runner.run(Spec(), "hi", m)
     assert result.output == "ok"
     assert len(server.requests) == 2
+
+
+async def test_the_finish_reason_says_whether_the_reply_called_tools() -> None:
+    calls = responses_stream(call_item("fc_1", "c1", "search", ['{"q": "x"}']))
+    with WireServer(calls, responses_stream(message_item("m_1", ["Done."]))) as server:
+        async with model(server) as m:
+            request = ModelRequest(None, (user("go"),))
+            replies = [[e async for e in m.stream(request)][-1] for _ in range(2)]
+    assert [getattr(r, "finish_reason", None) for r in replies] == ["tool_calls", "stop"]

@@ -9,6 +9,14 @@ chunked body incomplete), or a hang-up before any answer.
 The builders below write each provider's stream the way the provider does: OpenAI Chat
 Completions (``data:`` lines, ``[DONE]``), OpenAI Responses and Anthropic Messages (named
 ``event:`` lines).
+
+``WireServer(..., strict=True)`` answers Chat Completions the way the stricter compatible
+servers do (llama-cpp-python's, the model for it; others share parts of it): a message
+with ``"content": null`` is refused with a 500 and a many-line validation report; tools
+sent without ``tool_choice`` are dropped (the model answers in text); a streamed request
+with ``tool_choice: "auto"`` gets an empty stream; no usage is ever reported; an
+unstreamed request gets the scripted stream folded into one completion; errors are
+``{"detail": ...}``. A refusal does not use up the script's next answer.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,9 @@ AnswerLike = Answer | Callable[[Recorded], Answer]
 class WireServer:
     """The server; use it as a context manager. ``url`` is ``http://127.0.0.1:PORT``."""
 
-    def __init__(self, *answers: AnswerLike) -> None:
+    def __init__(self, *answers: AnswerLike, strict: bool = False) -> None:
         self._answers: deque[AnswerLike] = deque(answers)
+        self.strict = strict
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -87,12 +96,18 @@ class WireServer:
         return [r.json for r in self.requests]
 
     def _next(self, request: Recorded) -> Answer:
+        refused = strict_refusal(request) if self.strict else None
         with self._lock:
             self.requests.append(request)
-            entry = self._answers.popleft() if self._answers else None
+            entry = self._answers.popleft() if self._answers and refused is None else None
+        if refused is not None:
+            return strict_answer(request, refused)
         if entry is None:
+            if self.strict:
+                return json_answer(500, {"detail": "the test server has no answer left"})
             return json_answer(500, {"error": {"message": "the test server has no answer left"}})
-        return entry(request) if callable(entry) else entry
+        answer = entry(request) if callable(entry) else entry
+        return strict_answer(request, answer) if self.strict else answer
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -187,6 +202,103 @@ def anthropic_error(
     """An error the way Anthropic writes one."""
     body = {"type": "error", "error": {"type": kind, "message": message}}
     return json_answer(status, body, {k.replace("_", "-"): v for k, v in headers.items()})
+
+
+def detail_error(status: int, detail: Any) -> Answer:
+    """An error the way FastAPI-based servers write one: ``{"detail": ...}``."""
+    return json_answer(status, {"detail": detail})
+
+
+# -- the strict server's ways -------------------------------------------------------------
+
+
+def strict_refusal(request: Recorded) -> Answer | None:
+    """What a strict server answers instead of the script, if anything."""
+    if not request.path.endswith("/chat/completions"):
+        return None
+    body = request.json
+    for index, message in enumerate(body.get("messages", ())):
+        if "content" in message and message["content"] is None:
+            return detail_error(500, _null_content_report(index, message.get("role")))
+    if body.get("tools") and body.get("stream") and body.get("tool_choice") == "auto":
+        return Answer(events=[])  # "automatic streaming tool choice is not supported"
+    if body.get("tools") and "tool_choice" not in body:
+        return chat_stream(["I have no tools to call."])  # the model never saw them
+    return None
+
+
+def _null_content_report(index: int, role: object) -> str:
+    # The shape of a schema validator's report: many lines, most of them about other roles.
+    lines = [f"{len(_ROLES)} validation errors for ChatCompletionRequest"]
+    for other in _ROLES:
+        lines += [
+            f"messages.{index}.{other}.content",
+            "  Input should be a valid string [type=string_type, input_value=None,"
+            " input_type=NoneType]",
+            "    For further information visit the validator's documentation",
+        ]
+    lines.append(f"(the message's role was {role!r})")
+    return "\n".join(lines)
+
+
+_ROLES = (
+    "ChatCompletionRequestSystemMessage",
+    "ChatCompletionRequestUserMessage",
+    "ChatCompletionRequestAssistantMessage",
+    "ChatCompletionRequestToolMessage",
+)
+
+
+def strict_answer(request: Recorded, answer: Answer) -> Answer:
+    """The scripted answer as a strict server sends it: no usage; folded when unstreamed."""
+    if answer.events is None or not request.path.endswith("/chat/completions"):
+        return answer
+    chunks = [c for c in map(_chunk_of, answer.events) if c is not None]
+    if not request.json.get("stream"):
+        return json_answer(200, fold(chunks))
+    kept = [
+        e
+        for e, c in zip(answer.events, map(_chunk_of, answer.events), strict=True)
+        if c is None or "usage" not in c
+    ]
+    return Answer(answer.status, answer.headers, answer.body, kept, answer.drop_after, answer.pause)
+
+
+def _chunk_of(event: bytes) -> dict[str, Any] | None:
+    data = event.decode().partition("data: ")[2].strip()
+    if not data or data == "[DONE]":
+        return None
+    return cast(dict[str, Any], json.loads(data))
+
+
+def fold(chunks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Streamed chunks as the one completion an unstreamed request gets (no usage)."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish: str | None = None
+    for chunk in chunks:
+        for choice in chunk.get("choices", ()):
+            delta = choice.get("delta", {})
+            text.append(delta.get("content") or "")
+            reasoning.append(delta.get("reasoning_content") or "")
+            for piece in delta.get("tool_calls", ()):
+                call = calls.setdefault(
+                    piece["index"], {"id": piece.get("id"), "type": "function", "function": {}}
+                )
+                function = call["function"]
+                function["name"] = function.get("name") or piece["function"].get("name")
+                function["arguments"] = function.get("arguments", "") + (
+                    piece["function"].get("arguments") or ""
+                )
+            finish = choice.get("finish_reason") or finish
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if any(reasoning):
+        message["reasoning_content"] = "".join(reasoning)
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    choice = {"index": 0, "message": message, "finish_reason": finish or "stop"}
+    return {**_CHUNK, "object": "chat.completion", "choices": [choice]}
 
 
 # -- OpenAI Chat Completions --------------------------------------------------------------

@@ -1,0 +1,203 @@
+"""Chat Completions against the servers people point ``--base-url`` at first.
+
+The wire server's strict mode behaves as llama-cpp-python's server does (see
+``tests/models/wire.py``); the OpenAI-shaped mode as OpenAI does. A conversation with two
+tool calls, a steer from another process and a SIGKILL in the middle passes against both,
+each with the settings docs/models.md gives for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steerable import Message, ModelSettings, Runner, Spec, tool, transcript_problems
+from steerable.errors import ProviderError
+from steerable.models.openai import OpenAIChatModel
+from steerable.stores.sqlite import SQLiteStore
+from tests.models.compatible_worker import PROMPT, SESSION
+from tests.models.wire import WireServer, chat_stream, detail_error
+
+ROOT = Path(__file__).resolve().parents[2]
+STEER = "and the tests"
+
+
+@tool
+async def search(q: str) -> str:
+    """Search the files."""
+    return f"found {q}"
+
+
+def model(server: WireServer, **options: Any) -> OpenAIChatModel:
+    return OpenAIChatModel("m", base_url=f"{server.url}/v1", api_key="test", **options)
+
+
+def script() -> list[Any]:
+    search_call = ("call_1", "search", ['{"q": "con', 'fig"}'])
+    read_call = ("call_2", "read", ['{"path": "config.toml"}'])
+    return [
+        chat_stream(["Looking."], [search_call]),
+        chat_stream([], [read_call]),  # the worker is killed while it runs this call
+        chat_stream([], [("call_3", "read", ['{"path": "config.toml"}'])]),  # the step redone
+        chat_stream(["It is config.toml, 12 lines; the tests read it."]),
+    ]
+
+
+def wait_for(path: Path, worker: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 30
+    while not path.exists():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            output = worker.communicate(timeout=5)[0] if worker.poll() is not None else ""
+            raise AssertionError(f"{path.name} never appeared; the worker said: {output}")
+        time.sleep(0.02)
+
+
+def start(mode: str, url: str, database: Path, gates: Path) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "tests.models.compatible_worker", "run", mode]
+    return subprocess.Popen(
+        [*command, f"{url}/v1", str(database), str(gates)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["openai", "strict"])
+def test_two_tool_calls_a_steer_from_elsewhere_and_a_sigkill(mode: str, tmp_path: Path) -> None:
+    database, gates = tmp_path / "chat.db", tmp_path / "gates"
+    gates.mkdir()
+    with WireServer(*script(), strict=mode == "strict") as server:
+        first = start(mode, server.url, database, gates)
+        wait_for(gates / "search-started", first)
+        steer = [sys.executable, "-m", "tests.models.compatible_worker", "steer"]
+        subprocess.run([*steer, str(database), STEER], cwd=ROOT, check=True, timeout=60)
+        (gates / "search-go").touch()
+        wait_for(gates / "read-started", first)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate(timeout=30)
+        (gates / "read-go").touch()
+        second = start(mode, server.url, database, gates)
+        output = second.communicate(timeout=60)[0]
+    assert second.returncode == 0, output
+    assert "completed: It is config.toml, 12 lines" in output
+
+    bodies = server.bodies
+    assert len(bodies) == 4  # no refusal, no retry
+    messages = [b["messages"] for b in bodies]
+    assert messages[1][-2:] == [
+        {"role": "tool", "tool_call_id": "call_1", "content": "found config.toml"},
+        {"role": "user", "content": STEER},
+    ]
+    assert messages[2] == messages[1]  # the step redone after the kill asks the same
+    assert messages[3][-2]["content"] == ""  # a reply of tool calls only
+    assert all(m.get("content") is not None for ms in messages for m in ms)
+    for body in bodies:
+        assert [t["function"]["name"] for t in body["tools"]] == ["search", "read"]
+        assert body.get("tool_choice") == ("auto" if mode == "strict" else None)
+        assert body["stream"] is (mode != "strict")
+
+    stored = asyncio.run(_stored(database))
+    assert not transcript_problems(stored)
+    assert stored[0].text == PROMPT
+    assert stored[3].steered and stored[3].text == STEER
+    assert [c.id for m in stored for c in m.tool_calls] == ["call_1", "call_3"]
+
+
+async def _stored(database: Path) -> list[Message]:
+    async with SQLiteStore(database) as store:
+        return list(await store.messages(SESSION))
+
+
+async def test_a_strict_server_refuses_null_content_so_none_is_sent() -> None:
+    # A text-less reply with a tool call, then the request that sends it back.
+    answers = [chat_stream([], [("c1", "search", ['{"q": "x"}'])]), chat_stream(["done"])]
+    with WireServer(*answers, strict=True) as server:
+        async with model(server, tool_choice="auto", stream=False, max_retries=0) as m:
+            result = await Runner.run(Spec(tools=[search]), "go", m)
+    assert result.reason == "completed", result.error
+    assert server.bodies[1]["messages"][1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "search", "arguments": '{"q": "x"}'},
+            }
+        ],
+    }
+
+
+async def test_tool_choice_is_sent_only_when_set_and_only_with_tools() -> None:
+    answers = [chat_stream(["a"]), chat_stream(["b"]), chat_stream(["c"])]
+    with WireServer(*answers) as server:
+        async with model(server, tool_choice="required") as forced, model(server) as plain:
+            await Runner.run(Spec(tools=[search]), "x", forced)
+            await Runner.run(Spec(), "x", forced)
+            await Runner.run(Spec(tools=[search]), "x", plain)
+    assert [b.get("tool_choice") for b in server.bodies] == ["required", None, None]
+
+
+async def test_without_tool_choice_a_strict_server_drops_the_tools() -> None:
+    # Why the setting exists: the model never sees the tools and answers in text.
+    with WireServer(chat_stream([], [("c1", "search", ['{"q": "x"}'])]), strict=True) as server:
+        async with model(server, stream=False) as m:
+            result = await Runner.run(Spec(tools=[search]), "go", m)
+    assert result.reason == "completed"
+    assert result.output == "I have no tools to call."
+
+
+async def test_an_empty_stream_is_an_error_that_says_what_the_server_likely_did() -> None:
+    with WireServer(chat_stream(["never sent"]), strict=True) as server:
+        async with model(server, tool_choice="auto") as m:
+            result = await Runner.run(Spec(tools=[search]), "go", m)
+    assert result.reason == "failed"
+    assert isinstance(result.error, ProviderError)
+    assert "empty stream" in result.error.message
+    assert "stream=False" in result.error.message
+    assert len(server.requests) == 1  # a refusal, not worth another try
+
+
+async def test_a_detail_body_is_the_message_and_the_url_is_named() -> None:
+    with WireServer(detail_error(404, "Model 'nope' not found")) as server:
+        async with model(server) as m:
+            result = await Runner.run(Spec(), "go", m)
+    assert isinstance(result.error, ProviderError)
+    assert result.error.status == 404
+    message = str(result.error)
+    assert "Model 'nope' not found" in message
+    assert f"{server.url}/v1/chat/completions" in message
+    assert "check the model name" in message
+
+
+async def test_a_validation_report_is_cut_to_one_line() -> None:
+    answers = [chat_stream(["x"])]
+    with WireServer(*answers, strict=True) as server:
+        async with model(server, max_retries=0) as m:
+            # `extra` goes into the body as it is: here, a message the server refuses.
+            null = {"messages": [{"role": "assistant", "content": None}]}
+            result = await Runner.run(Spec(settings=ModelSettings(extra=null)), "go", m)
+    assert isinstance(result.error, ProviderError) and result.error.status == 500
+    message = str(result.error)
+    assert "\n" not in message and len(message) < 400, message
+    assert message.startswith("openai-chat answered 500: 4 validation errors"), message
+
+
+async def test_a_connection_error_names_the_url_it_tried() -> None:
+    with WireServer() as server:
+        url = server.url  # closed once the block ends: nothing listens there any more
+    async with OpenAIChatModel("m", base_url=f"{url}/v1", api_key="t", max_retries=0) as m:
+        result = await Runner.run(Spec(), "go", m)
+    assert isinstance(result.error, ProviderError) and result.error.status is None
+    assert f"{url}/v1/chat/completions" in str(result.error)
+    assert "is the server running" in str(result.error)
