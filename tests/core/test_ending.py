@@ -89,3 +89,32 @@ async def test_a_run_cancelled_during_its_tool_calls_ends_with_a_valid_transcrip
     # A cancelled run does no more I/O: the store holds what the last step saved.
     assert [m.text for m in await session.messages()] == ["go"]
     assert await session.steers() == []
+
+
+@pytest.mark.parametrize("stop_first", [True, False])
+async def test_a_stop_and_a_cancellation_at_once_still_cancel_the_awaiter(stop_first: bool) -> None:
+    entered = asyncio.Event()
+
+    async def hang(request: ModelRequest) -> str:
+        entered.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    run = Runner.start(Spec(), "go", ScriptedModel([hang]))
+    stream = asyncio.create_task(collect(run))
+
+    async def caller() -> None:
+        await run
+
+    awaiter = asyncio.create_task(caller())
+    await entered.wait()
+    if stop_first:
+        run.stop()
+    awaiter.cancel()
+    if not stop_first:
+        run.stop()
+    with pytest.raises(asyncio.CancelledError):
+        await awaiter
+    ended = (await asyncio.wait_for(stream, 10))[-1]
+    assert isinstance(ended, Ended)
+    assert isinstance(ended.result.error, asyncio.CancelledError)
