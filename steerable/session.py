@@ -9,15 +9,18 @@ A session remembers how much of the transcript it has stored, so each save write
 what is new. The first save of a session object that has not loaded the transcript checks
 the stored messages against the ones it is given (one read): passing a transcript that
 does not start with what is stored is a :class:`TranscriptConflict`, never a silent fork.
+
+A session is the front door of its store: it checks every argument it is given (a
+:class:`UsageError` otherwise) and the store trusts what it passes on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from steerable.errors import TranscriptConflict
+from steerable.errors import TranscriptConflict, UsageError
 from steerable.messages import Message
-from steerable.store import Steer, Store, check_session_id
+from steerable.store import Steer, Store, check_count, check_messages, check_session_id
 
 
 class Session:
@@ -27,6 +30,8 @@ class Session:
 
     def __init__(self, id: str, store: Store) -> None:
         self.id = check_session_id(id)
+        if not isinstance(store, Store):
+            raise UsageError(f"a Session needs a Store, not {type(store).__name__}")
         self.store = store
         self._stored: int | None = None
 
@@ -46,7 +51,12 @@ class Session:
 
     async def steer(self, text: str | Steer, *, id: str | None = None) -> Steer:
         """Leave a steer for the run working on this session (or the next one)."""
-        steer = text if isinstance(text, Steer) else Steer(text, id) if id else Steer(text)
+        if isinstance(text, Steer):
+            steer = text
+        elif id is None:
+            steer = Steer(text)
+        else:
+            steer = Steer(text, id)
         await self.store.steer(self.id, steer)
         return steer
 
@@ -60,6 +70,10 @@ class Session:
         Returns the steered messages taken; they are already recorded after ``transcript``
         in the store, and the caller appends them to its own copy.
         """
+        check_count(take, "take")
+        # the whole transcript when it is read against the store, else only what is new:
+        # a step's save costs what the step added, however long the transcript
+        check_messages(transcript if self._stored is None else transcript[self._stored :])
         at = await self._position(transcript)
         new = transcript[at:]
         if not new and not take:
@@ -76,6 +90,7 @@ class Session:
 
     async def take_steers(self, *, limit: int = 16) -> list[Message]:
         """Take up to ``limit`` steers, recorded at the end of the stored transcript."""
+        check_count(limit, "limit")
         taken = await self.store.take_steers(self.id, at=None, limit=limit)
         self._stored = None
         return taken

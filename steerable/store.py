@@ -24,6 +24,10 @@ The contract (checked case by case by :mod:`steerable.testing`):
   transcript to learn which.
 - Many concurrent takers (tasks, processes, replicas) get each steer exactly once.
 - ``steers`` lists the steers still waiting, oldest first.
+
+A store trusts its arguments to have the types above (a non-empty ``str`` session id,
+``Message`` and ``Steer`` objects, ints >= 0): :class:`steerable.Session` and
+:class:`CheckedStore` check them at the front door, once, and raise :class:`UsageError`.
 """
 
 from __future__ import annotations
@@ -93,16 +97,30 @@ def check_session_id(session: object) -> str:
     return session
 
 
-def check_save(session: object, messages: Sequence[Message], at: int | None, take: int) -> str:
-    """Validate the arguments of a save or take; returns the session id."""
-    sid = check_session_id(session)
-    if at is not None and (type(at) is not int or at < 0):
-        raise UsageError(f"`at` is a position (an int >= 0), not {at!r}")
-    if type(take) is not int or take < 0:
-        raise UsageError(f"`take` is a count (an int >= 0), not {take!r}")
+def check_count(value: object, what: str) -> int:
+    """``value`` if it is an int >= 0 (not a bool), else a :class:`UsageError` naming ``what``."""
+    if type(value) is not int or value < 0:
+        raise UsageError(f"`{what}` is an int >= 0, not {value!r}")
+    return value
+
+
+def check_messages(messages: object) -> Sequence[Message]:
+    """``messages`` if it is a sequence of :class:`Message`, else a :class:`UsageError`."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise UsageError(f"a transcript is a sequence of Message, not {type(messages).__name__}")
     for message in messages:
         if not isinstance(message, Message):
             raise UsageError(f"a transcript holds Message objects, not {type(message).__name__}")
+    return messages
+
+
+def check_save(session: object, messages: Sequence[Message], at: int | None, take: int) -> str:
+    """Validate the arguments of a save or take; returns the session id."""
+    sid = check_session_id(session)
+    if at is not None:
+        check_count(at, "at")
+    check_count(take, "take")
+    check_messages(messages)
     return sid
 
 
@@ -112,3 +130,53 @@ def check_steer(session: object, steer: object) -> str:
     if not isinstance(steer, Steer):
         raise UsageError(f"Store.steer takes a Steer, not {type(steer).__name__}")
     return sid
+
+
+class CheckedStore:
+    """``store`` behind the front door: every argument is checked before the store sees it.
+
+    A store trusts its input to be what the :class:`Store` protocol types say (a non-empty
+    ``str`` session id, ``Message`` objects, counts that are ints >= 0); :class:`Session`
+    checks what it is given, and so does this wrapper, for code that calls a store's verbs
+    directly with values from outside (a request body, a command line). A bad argument is a
+    :class:`UsageError` and reaches no store. What only the store can judge (a duplicate
+    id, a lone surrogate, an id too long for its columns) the store still refuses.
+    """
+
+    __slots__ = ("inner",)
+
+    def __init__(self, store: Store) -> None:
+        if isinstance(store, CheckedStore):
+            store = store.inner
+        if not isinstance(store, Store):
+            raise UsageError(f"CheckedStore wraps a Store, not {type(store).__name__}")
+        self.inner: Store = store
+
+    def __repr__(self) -> str:
+        return f"CheckedStore({self.inner!r})"
+
+    async def messages(self, session: str) -> list[Message]:
+        """The session's transcript, in position order (empty for a new session)."""
+        return await self.inner.messages(check_session_id(session))
+
+    async def save(
+        self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+    ) -> list[Message]:
+        """Append ``messages`` at position ``at``, then take up to ``take`` steers; atomic."""
+        if at is None:
+            raise UsageError("`at` of a save is a position (an int >= 0), not None")
+        sid = check_save(session, messages, at, take)
+        return await self.inner.save(sid, messages, at=at, take=take)
+
+    async def steer(self, session: str, steer: Steer) -> None:
+        """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
+        await self.inner.steer(check_steer(session, steer), steer)
+
+    async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
+        sid = check_save(session, (), at, limit)
+        return await self.inner.take_steers(sid, at=at, limit=limit)
+
+    async def steers(self, session: str) -> list[Steer]:
+        """The steers waiting in the session's box, oldest first."""
+        return await self.inner.steers(check_session_id(session))

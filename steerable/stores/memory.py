@@ -1,7 +1,9 @@
 """A store in this process's memory: for tests, demos and single-process use.
 
 Everything is lost when the process ends. Every verb does its work without awaiting, so
-each is atomic on the event loop; a lock makes it atomic across threads too.
+each is atomic on the event loop; a lock makes it atomic across threads too. Like every
+store it trusts its arguments' types (:class:`steerable.Session` and
+:class:`steerable.store.CheckedStore` check them).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from steerable import codec
 from steerable.errors import InvalidMessage, TranscriptConflict
 from steerable.messages import Message
-from steerable.store import Steer, check_save, check_session_id, check_steer
+from steerable.store import Steer
 
 __all__ = ["MemoryStore"]
 
@@ -40,7 +42,6 @@ class MemoryStore:
         return state
 
     async def messages(self, session: str) -> list[Message]:
-        check_session_id(session)
         with self._lock:
             state = self._sessions.get(session)
             return list(state.transcript) if state else []
@@ -48,14 +49,12 @@ class MemoryStore:
     async def save(
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
-        check_save(session, messages, at, take)
         for message in messages:
             codec.encode(message)  # refuse what a persistent store would refuse
         with self._lock:
             return self._append(session, messages, at, take)
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
-        check_save(session, (), at, limit)
         with self._lock:
             return self._append(session, (), at, limit)
 
@@ -80,7 +79,6 @@ class MemoryStore:
         return taken
 
     async def steer(self, session: str, steer: Steer) -> None:
-        check_steer(session, steer)
         with self._lock:
             state = self._get(session)
             if steer.id not in state.seen:
@@ -88,7 +86,6 @@ class MemoryStore:
                 state.waiting[steer.id] = steer
 
     async def steers(self, session: str) -> list[Steer]:
-        check_session_id(session)
         with self._lock:
             state = self._sessions.get(session)
             return list(state.waiting.values()) if state else []

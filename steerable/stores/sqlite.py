@@ -1,7 +1,10 @@
 """A store in one SQLite file, safe for several processes sharing it.
 
-Open it with a path; the tables are created on open (SQLite is the one store that
-migrates itself: one file has nobody to coordinate with). Every call runs on one worker
+Open it with a path, in ``async with SQLiteStore(path) as store:`` (which opens the file
+at once, so a file that cannot be used fails there, and closes it at the end); without
+``async with`` the file is opened on the first call and closed by :meth:`close`. The
+tables are created on open (SQLite is the one store that migrates itself: one file has
+nobody to coordinate with). Every call runs on one worker
 thread of this store, off the event loop. Writers take SQLite's write lock up front
 (``BEGIN IMMEDIATE``), so a save-and-take is one transaction that other processes see
 whole or not at all, and concurrent takers in any number of processes get each steer once.
@@ -18,14 +21,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self, TypeVar
+from typing import Literal, Self, TypeVar, get_args
 
 from steerable import codec
-from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict
+from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
 from steerable.messages import Message
-from steerable.store import Steer, check_save, check_session_id, check_steer
+from steerable.store import Steer
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "open"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
 SCHEMA_VERSION = 1
 
@@ -55,6 +58,7 @@ CREATE INDEX IF NOT EXISTS steerable_steers_waiting ON steerable_steers (session
 # file was ~4x its payload). The position index keeps "the end" and ordered reads cheap.
 
 _T = TypeVar("_T")
+_Synchronous = Literal["NORMAL", "FULL"]
 
 
 class SQLiteStore:
@@ -64,23 +68,22 @@ class SQLiteStore:
         self,
         path: str | Path,
         *,
-        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        synchronous: _Synchronous = "NORMAL",
         busy_timeout: float = 30.0,
     ) -> None:
         if not isinstance(path, str | Path):
-            raise TypeError(f"SQLiteStore takes a file path, not {type(path).__name__}")
+            raise UsageError(f"SQLiteStore takes a file path, not {type(path).__name__}")
+        if synchronous not in get_args(_Synchronous):
+            raise UsageError(f"synchronous is 'NORMAL' or 'FULL', not {synchronous!r}")
+        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float):
+            raise UsageError(f"busy_timeout is a number of seconds, not {busy_timeout!r}")
+        if not 0 <= busy_timeout < 2**31 / 1000:
+            raise UsageError(f"busy_timeout is seconds >= 0, not {busy_timeout!r}")
         self.path = Path(path)
         self._synchronous = synchronous
         self._busy_ms = int(busy_timeout * 1000)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="steerable-sqlite")
         self._db: sqlite3.Connection | None = None
-
-    @classmethod
-    async def open(cls, path: str | Path, **options: object) -> Self:
-        """Open (creating if needed) the store at ``path``; raises StoreUnavailable if it can't."""
-        store = cls(path, **options)  # type: ignore[arg-type]
-        await store._call(lambda db: None)
-        return store
 
     async def close(self) -> None:
         """Close the connection and the worker thread."""
@@ -157,8 +160,6 @@ class SQLiteStore:
     # -- the Store verbs -------------------------------------------------------------------
 
     async def messages(self, session: str) -> list[Message]:
-        check_session_id(session)
-
         def read(db: sqlite3.Connection) -> list[Message]:
             rows = db.execute(
                 "SELECT position, id, body FROM steerable_messages"
@@ -175,17 +176,13 @@ class SQLiteStore:
     async def save(
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
-        check_save(session, messages, at, take)
         rows = [(m.id, codec.encode(m)) for m in messages]
         return await self._call(lambda db: _append(db, session, rows, at, take))
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
-        check_save(session, (), at, limit)
         return await self._call(lambda db: _append(db, session, [], at, limit))
 
     async def steer(self, session: str, steer: Steer) -> None:
-        check_steer(session, steer)
-
         def insert(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT OR IGNORE INTO steerable_steers (session, id, text) VALUES (?, ?, ?)",
@@ -195,8 +192,6 @@ class SQLiteStore:
         await self._call(insert)
 
     async def steers(self, session: str) -> list[Steer]:
-        check_session_id(session)
-
         def read(db: sqlite3.Connection) -> list[Steer]:
             rows = db.execute(
                 "SELECT id, text FROM steerable_steers WHERE session = ? AND taken = 0"
@@ -256,8 +251,3 @@ def _append(
         )
     db.execute("COMMIT")
     return taken
-
-
-async def open(path: str | Path, **options: object) -> SQLiteStore:
-    """Open (creating if needed) the SQLite store at ``path``."""
-    return await SQLiteStore.open(path, **options)

@@ -1,17 +1,55 @@
-"""Test helpers shipped with steerable: the store conformance suite.
+"""Test helpers shipped with steerable: the store conformance suite, as a pytest plugin.
 
-A store author's whole test is one call::
+A store's whole test is a class::
 
-    from steerable.testing import store_contract
+    import pytest
+    from steerable.testing import OpenStore, StoreContract
 
-    TestMyStore = store_contract(open_my_store)
+    @pytest.mark.store_abilities("persistent", "processes")
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store_factory(self) -> OpenStore:
+            return functools.partial(open_my_store, "test-db")
 
-``open_my_store`` is a callable that returns an async context manager yielding a store;
-each call must reach the same backing data (the same file, database or schema), so the
-suite can check that a new store object sees what an old one stored. Each case of the
-contract becomes its own pytest test of the returned class.
+``store_factory`` returns a callable giving an async context manager that yields a store;
+every call reaches the same backing data. Each case of the contract is its own test of the
+class; a case needing an ability the store does not declare is skipped with the reason.
+See ``docs/stores.md`` for the contract, the abilities and their hooks.
 """
 
-from steerable.testing.conformance import CASES, OpenStore, store_contract
+import sys
 
-__all__ = ["CASES", "OpenStore", "store_contract"]
+import pytest
+
+if "steerable.testing.cases" not in sys.modules:  # the plugin registers it, unless disabled
+    pytest.register_assert_rewrite("steerable.testing.cases")
+
+from steerable.testing.abilities import (
+    ABILITIES,
+    HOOKS,
+    Corruptible,
+    CorruptibleSteers,
+    Hold,
+    Line,
+    Lockable,
+    OpenStore,
+    Outage,
+    needs,
+)
+from steerable.testing.cases import CASES
+from steerable.testing.contract import StoreContract
+
+__all__ = [
+    "ABILITIES",
+    "CASES",
+    "HOOKS",
+    "Corruptible",
+    "CorruptibleSteers",
+    "Hold",
+    "Line",
+    "Lockable",
+    "OpenStore",
+    "Outage",
+    "StoreContract",
+    "needs",
+]

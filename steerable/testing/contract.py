@@ -1,0 +1,139 @@
+"""The pytest side of the conformance suite: the class a store's test derives from.
+
+A store's whole test is a subclass of :class:`StoreContract` that declares the store's
+abilities with a marker and gives a ``store_factory`` fixture::
+
+    @pytest.mark.store_abilities("persistent", "processes")
+    class TestMyStore(StoreContract):
+        @pytest.fixture
+        def store_factory(self) -> OpenStore:
+            return functools.partial(open_my_store, "test-db")
+
+Every case of :mod:`steerable.testing.cases` becomes its own test of the class. The cases
+are coroutines and the suite runs each itself, in an event loop of its own
+(:class:`asyncio.Runner`), whatever async plugin the project uses (pytest-asyncio, anyio
+or none): the ``store`` fixture enters ``store_factory()`` in that same loop, so a driver
+pool bound to the loop that made it is made where it is used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar, TypeAlias
+
+import pytest
+
+from steerable.errors import UsageError
+from steerable.store import Store
+from steerable.testing import cases
+from steerable.testing.abilities import ABILITIES, HOOKS, OpenStore
+
+__all__ = ["StoreContract"]
+
+_Case: TypeAlias = Callable[..., Coroutine[Any, Any, None]]
+
+
+def _test_for(case: _Case) -> Callable[..., None]:
+    """A synchronous pytest test that runs ``case`` in the test's own event loop.
+
+    The test asks pytest for the fixtures the case names (``store``, ``store_factory``);
+    a case parameter named ``hooks`` gets the test class instance, whose methods are the
+    store's hooks.
+    """
+    parameters = list(inspect.signature(case).parameters)
+    fixtures = [name for name in parameters if name != "hooks"]
+    wants_hooks = "hooks" in parameters
+
+    def test(self: StoreContract, case_runner: asyncio.Runner, **values: Any) -> None:
+        if wants_hooks:
+            values["hooks"] = self
+        case_runner.run(case(**values))
+
+    test.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for name in ("self", "case_runner", *fixtures)
+        ]
+    )
+    test.__name__ = test.__qualname__ = f"test_{case.__name__}"
+    test.__doc__ = case.__doc__
+    needs: tuple[str, ...] = getattr(case, "store_needs", ())
+    return pytest.mark.store_needs(*needs)(test) if needs else test
+
+
+def _abilities(node: pytest.Item) -> frozenset[str]:
+    marker = node.get_closest_marker("store_abilities")
+    declared = frozenset(marker.args if marker else ())
+    unknown = declared - ABILITIES.keys()
+    if unknown:
+        raise UsageError(
+            f"{node.nodeid}: unknown store abilities {sorted(unknown)};"
+            f" the suite knows {sorted(ABILITIES)}"
+        )
+    return declared
+
+
+class _Cases:
+    """One test per case of the suite, mixed into :class:`StoreContract`."""
+
+
+for _case in cases.CASES:
+    setattr(_Cases, f"test_{_case.__name__}", _test_for(_case))
+
+
+class StoreContract(_Cases):
+    """Derive a ``Test...`` class from this to run the whole store contract on a store.
+
+    Give it a ``store_factory`` fixture (an :data:`~steerable.testing.OpenStore`) and
+    declare its abilities with ``@pytest.mark.store_abilities(...)`` (the names and what
+    they mean: :data:`~steerable.testing.ABILITIES`); for each ability define the hooks
+    :data:`~steerable.testing.HOOKS` names. ``lifespan``, if set, is an async context
+    manager factory entered once for the class: set up a server database there and tear
+    it down after. It runs in a loop of its own, so it makes databases, not connections
+    the cases use; what it yields is the ``store_lifespan`` fixture.
+    """
+
+    lifespan: ClassVar[Callable[[], AbstractAsyncContextManager[Any]] | None] = None
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def store_lifespan(cls) -> Iterator[Any]:
+        """What the class's ``lifespan`` yields, entered once for the class (or None)."""
+        lifespan = cls.lifespan
+        if lifespan is None:
+            yield None
+            return
+        with asyncio.Runner() as runner:
+            manager = lifespan()
+            value = runner.run(manager.__aenter__())
+            try:
+                yield value
+            finally:
+                runner.run(manager.__aexit__(None, None, None))
+
+    @pytest.fixture
+    def case_runner(self, request: pytest.FixtureRequest) -> Iterator[asyncio.Runner]:
+        """The case's own event loop; a case whose ability is not declared skips first."""
+        declared = _abilities(request.node)
+        marker = request.node.get_closest_marker("store_needs")
+        for need in marker.args if marker else ():
+            if need not in declared:
+                pytest.skip(f"the store does not declare {need!r}: {ABILITIES[need]}")
+            for hook in HOOKS.get(need, ()):
+                if not callable(getattr(self, hook, None)):
+                    raise UsageError(f"{type(self).__name__} declares {need!r} but has no {hook}()")
+        with asyncio.Runner() as runner:
+            yield runner
+
+    @pytest.fixture
+    def store(self, case_runner: asyncio.Runner, store_factory: OpenStore) -> Iterator[Store]:
+        """A store object from ``store_factory``, opened in the case's own loop."""
+        manager = store_factory()
+        store = case_runner.run(manager.__aenter__())
+        try:
+            yield store
+        finally:
+            case_runner.run(manager.__aexit__(None, None, None))
