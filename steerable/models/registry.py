@@ -60,6 +60,12 @@ def model_from_string(
         if compatible and "max_tokens_param" not in options:
             options["max_tokens_param"] = "max_tokens"  # what compatible servers all know
         return OpenAIChatModel(name, base_url=base_url, api_key=api_key, **options)
+    chat_only = sorted({"tool_choice", "stream", "max_tokens_param"} & options.keys())
+    if chat_only and provider in PROVIDERS:
+        raise UsageError(
+            f"{', '.join(chat_only)}: settings of Chat Completions models (openai: with a"
+            f" base URL, openai-chat:), not of {provider}:"
+        )
     if provider == "openai-responses":
         from steerable.models.openai import OpenAIResponsesModel
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from steerable import Message, ScriptedModel, Spec, ToolResult, user
-from steerable.chat import Conversation, Terminal, load_tools
+from steerable.cli.chat import Conversation, load_tools
+from steerable.cli.terminal import Terminal
 from steerable.errors import UsageError
 from steerable.models.base import ModelRequest
 from steerable.models.scripted import call

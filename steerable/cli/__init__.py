@@ -1,45 +1,28 @@
-"""The ``steerable`` command. The one place in steerable that starts an event loop."""
+"""The ``steerable`` command. The one place in steerable that starts an event loop.
+
+``steerable demo`` runs the three-replica example (:mod:`steerable.cli.demo`);
+``steerable chat`` talks to an agent in the terminal (:mod:`steerable.cli.chat`).
+"""
 
 from __future__ import annotations
 
 import argparse
-import runpy
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from steerable import __doc__ as _about
+from steerable.cli.demo import demo
 
-
-def _example(name: str) -> Path:
-    """The example's folder: inside the installed package, or in the source checkout."""
-    package = Path(__file__).resolve().parent
-    for root in (package / "_examples", package.parent / "examples"):
-        if (root / name / "main.py").is_file():
-            return root / name
-    raise SystemExit(f"steerable: the {name!r} example is not installed with this package")
-
-
-def demo(args: argparse.Namespace) -> int:
-    """Run the three-replica example on a temporary SQLite file with the scripted model."""
-    main = _example("sessions") / "main.py"
-    with tempfile.TemporaryDirectory(prefix="steerable-demo-") as directory:
-        database = args.database or str(Path(directory) / "sessions.db")
-        sys.argv = [str(main), database]
-        try:
-            runpy.run_path(str(main), run_name="__main__")
-        except SystemExit as exit:
-            return int(exit.code or 0)
-    return 0
+__all__ = ["main", "parser"]
 
 
 def chat(args: argparse.Namespace) -> int:
     """Chat with an agent in the terminal on a session in a SQLite file; type to steer it."""
     import asyncio
 
-    from steerable.chat import ChatOptions
-    from steerable.chat import chat as run_chat
+    from steerable.cli.chat import ChatOptions
+    from steerable.cli.chat import chat as run_chat
 
     options = ChatOptions(
         store=Path(args.store),
@@ -49,6 +32,8 @@ def chat(args: argparse.Namespace) -> int:
         tools=tuple(args.tools or ()),
         instructions=args.instructions,
         max_steps=args.max_steps,
+        tool_choice=args.tool_choice,
+        stream=not args.no_stream,
     )
     return asyncio.run(run_chat(options))
 
@@ -68,6 +53,11 @@ def parser() -> argparse.ArgumentParser:
     )
     run_demo.add_argument("--database", help="the SQLite file to use (default: a temporary one)")
     run_demo.set_defaults(handler=demo)
+    _chat_parser(commands)
+    return top
+
+
+def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run_chat = commands.add_parser(
         "chat",
         help="chat with an agent in the terminal; type while it works to steer it",
@@ -80,7 +70,11 @@ def parser() -> argparse.ArgumentParser:
     run_chat.add_argument(
         "--model", help="provider:model, like openai:gpt-5-mini (default: $STEERABLE_MODEL)"
     )
-    run_chat.add_argument("--base-url", help="an OpenAI-compatible server, with an openai: model")
+    run_chat.add_argument(
+        "--base-url",
+        help="a compatible server (default: $OPENAI_BASE_URL), with an openai:, openai-chat:"
+        " or openai-responses: model",
+    )
     run_chat.add_argument(
         "--tools",
         action="append",
@@ -89,8 +83,17 @@ def parser() -> argparse.ArgumentParser:
     )
     run_chat.add_argument("--instructions", help="the system prompt")
     run_chat.add_argument("--max-steps", type=int, default=32, help="model requests per turn")
+    run_chat.add_argument(
+        "--tool-choice",
+        choices=("auto", "required", "none"),
+        help="Chat Completions' tool_choice, sent with the tools (llama-cpp-python needs auto)",
+    )
+    run_chat.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ask for whole replies, for servers that cannot stream tool calls",
+    )
     run_chat.set_defaults(handler=chat)
-    return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:

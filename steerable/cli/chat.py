@@ -22,28 +22,26 @@ answer is not lost: it is answered as a turn of its own right after. ``/help`` l
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import importlib
 import importlib.util
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
+from steerable.cli.terminal import PROMPT, PromptTerminal, Terminal, short
 from steerable.errors import UsageError
-from steerable.events import Event, Replied, SteersTaken, TextDelta, ToolEnded, ToolStarted
 from steerable.messages import Message, user
 from steerable.models.base import Model
 from steerable.runner import Result, Run, Runner, Spec
 from steerable.session import Session, open_session
 from steerable.tools import Tool, ToolFunction
 
-__all__ = ["HOW_TO_CONFIGURE", "ChatOptions", "chat", "load_tools"]
+__all__ = ["HOW_TO_CONFIGURE", "ChatOptions", "Conversation", "chat", "load_tools"]
 
 HOW_TO_CONFIGURE = """\
 steerable chat: no model is configured.
@@ -57,6 +55,8 @@ A server that speaks OpenAI's Chat Completions (vLLM, Ollama, LM Studio, llama.c
 
   steerable chat --model openai:llama3.1 --base-url http://localhost:11434/v1
 
+(or set OPENAI_BASE_URL). Some servers need --tool-choice auto, some --no-stream too.
+
 See docs/models.md for the providers and docs/chat.md for the chat's commands.
 """
 
@@ -65,8 +65,6 @@ HELP = """\
   /queue TEXT   make TEXT the next turn        /stop   stop the turn (Ctrl-C)
   /quit         leave now (Ctrl-D: when done)  /help   this
 """
-
-PROMPT = "you> "
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +78,8 @@ class ChatOptions:
     tools: tuple[str, ...] = ()
     instructions: str | None = None
     max_steps: int = 32
+    tool_choice: Literal["auto", "required", "none"] | None = None
+    stream: bool = True
 
 
 def load_tools(spec: str) -> list[Tool | ToolFunction]:
@@ -122,7 +122,19 @@ def _import(where: str) -> Any:
 
 
 async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
-    """Run the chat on the terminal until ``/quit`` or end of input; the exit status."""
+    """Run the chat on the terminal until ``/quit`` or end of input; the exit status.
+
+    The status is 0, or 1 when the last turn failed (a piped question that got no answer),
+    or 2 for a chat that could not start (no model, no key, bad tools).
+    """
+    tty = out is None and sys.stdin.isatty() and sys.stdout.isatty()
+    if tty and importlib.util.find_spec("prompt_toolkit") is None:
+        tty = False
+        print(
+            "steerable chat: pip install 'steerable[chat]' keeps what you type apart from"
+            " the answer",
+            file=sys.stderr,
+        )
     out = out or sys.stdout
     model_name = options.model or os.environ.get("STEERABLE_MODEL")
     if not model_name:
@@ -138,7 +150,7 @@ async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
         print(f"steerable chat: {exc}", file=sys.stderr)
         return 2
     try:
-        model = model_from_string(model_name, base_url=options.base_url)
+        model = model_from_string(model_name, base_url=options.base_url, **_model_options(options))
     except UsageError as exc:
         print(f"steerable chat: {exc}\n", file=sys.stderr)
         print(HOW_TO_CONFIGURE.split("\n", 1)[1], file=sys.stderr, end="")
@@ -151,94 +163,21 @@ async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
             session=session,
             max_steps=options.max_steps,
         )
-        terminal = Terminal(out)
+        terminal = PromptTerminal(out) if tty else Terminal(out)
         conversation = Conversation(session, spec, model, terminal)
         with terminal.reading():
             await conversation.main(model_name, options.store)
-    return 0
+    return 1 if conversation.last is not None and conversation.last.reason == "failed" else 0
 
 
-class Terminal:
-    """Lines typed in, events and notes written out."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.lines: asyncio.Queue[str | None] = asyncio.Queue()
-        self._mid_line = False
-        self._color = out.isatty() and not os.environ.get("NO_COLOR")
-        self._echoed = os.isatty(0)  # a terminal shows what is typed, Enter included
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[None]:
-        """Read stdin on a thread, one line at a time, for as long as the chat runs."""
-        loop = asyncio.get_running_loop()
-        thread = threading.Thread(target=self._read, args=(loop,), daemon=True)
-        thread.start()
-        yield
-
-    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
-        # os.read holds no lock of sys.stdin's, so this thread cannot block the exit.
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        pending = ""
-        while True:
-            try:
-                chunk = os.read(0, 4096)
-            except OSError:
-                chunk = b""
-            pending += decoder.decode(chunk, final=not chunk)
-            *lines, pending = pending.split("\n")
-            for line in lines:
-                loop.call_soon_threadsafe(self.lines.put_nowait, line.rstrip("\r"))
-            if not chunk:
-                loop.call_soon_threadsafe(self.lines.put_nowait, None)
-                return
-
-    def write(self, text: str) -> None:
-        self.out.write(text)
-        self.out.flush()
-        if text:
-            self._mid_line = not text.endswith("\n")
-
-    def note(self, text: str, *, dim: bool = True) -> None:
-        """A line of its own, after whatever is on the current line."""
-        if self._mid_line:
-            self.write("\n")
-        if self._color and dim:
-            text = f"\x1b[2m{text}\x1b[0m"
-        self.write(text + "\n")
-
-    def typed(self) -> None:
-        """A line was typed: the cursor is at the start of a line again."""
-        if self._echoed:
-            self._mid_line = False
-        elif self._mid_line:
-            self.write("\n")
-
-    def prompt(self) -> None:
-        if self._mid_line:
-            self.write("\n")
-        self.write(PROMPT)
-
-    def render(self, event: Event) -> None:
-        """Show one event of the run."""
-        if isinstance(event, TextDelta):
-            self.write(event.text)
-        elif isinstance(event, Replied):
-            if self._mid_line:
-                self.write("\n")
-        elif isinstance(event, ToolStarted):
-            self.note(f"  -> {event.call.name}({_short(event.call.arguments)})")
-        elif isinstance(event, ToolEnded):
-            flag = " [error]" if event.result.is_error else ""
-            self.note(f"  <- {event.call.name}{flag}: {_short(event.result.content)}")
-        elif isinstance(event, SteersTaken):
-            for message in event.messages:
-                self.note(f"  [steer taken] {message.text}", dim=False)
-
-
-def _short(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _model_options(options: ChatOptions) -> dict[str, Any]:
+    """The Chat Completions settings asked for; other APIs refuse them, by name."""
+    chosen: dict[str, Any] = {}
+    if options.tool_choice is not None:
+        chosen["tool_choice"] = options.tool_choice
+    if not options.stream:
+        chosen["stream"] = False
+    return chosen
 
 
 class Conversation:
@@ -253,6 +192,7 @@ class Conversation:
         self.quitting = False  # /quit: leave now
         self.input_ended = False  # end of input: leave once the work asked for is done
         self.run: Run | None = None
+        self.last: Result | None = None  # the last turn's result
         self._line: asyncio.Task[str | None] | None = None
 
     async def main(self, model_name: str, store: Path) -> None:
@@ -264,7 +204,7 @@ class Conversation:
             note(f"resumed: {len(messages)} messages so far")
             last = next((m for m in reversed(messages) if m.role == "assistant" and m.text), None)
             if last is not None:
-                note(f"  last answer: {_short(last.text)}")
+                note(f"  last answer: {short(last.text)}")
         with self._interrupts():
             if (messages and _mid_turn(messages[-1])) or await self.session.steers():
                 note("carrying on the interrupted turn")
@@ -328,6 +268,7 @@ class Conversation:
     async def _run(self, messages: Sequence[Message]) -> Result:
         run = Runner.start(self.spec, messages, self.model, events=self.terminal.render)
         self.run = run
+        self.terminal.working = True
         ended: asyncio.Future[Result] = asyncio.ensure_future(_result(run))
         try:
             while not ended.done():
@@ -344,6 +285,8 @@ class Conversation:
             result = ended.result()
         finally:
             self.run = None
+            self.terminal.working = False
+        self.last = result
         self._report(result)
         return result
 
@@ -375,11 +318,19 @@ class Conversation:
 
     def _report(self, result: Result) -> None:
         usage = result.usage
-        tokens = f"{usage.input_tokens} tokens in, {usage.output_tokens} out"
-        if result.reason == "completed":
-            self.terminal.note(f"  ({tokens})")
-        elif result.reason == "failed":
+        # A server that reports no usage leaves the counts at 0: saying "0 tokens" would lie.
+        if usage.input_tokens or usage.output_tokens:
+            tokens = f"{usage.input_tokens} tokens in, {usage.output_tokens} out"
+        else:
+            tokens = "usage not reported"
+        if result.reason == "failed":
             self.terminal.note(f"  [failed] {result.error}", dim=False)
+        elif result.reason == "completed" and result.finish_reason == "length":
+            self.terminal.note(f"  [cut short: the reply hit max_tokens] ({tokens})", dim=False)
+        elif result.reason == "completed" and result.finish_reason == "content_filter":
+            self.terminal.note(f"  [cut short by the provider's filter] ({tokens})", dim=False)
+        elif result.reason == "completed":
+            self.terminal.note(f"  ({tokens})")
         else:
             self.terminal.note(f"  [{result.reason.replace('_', ' ')}] ({tokens})", dim=False)
 
@@ -395,6 +346,7 @@ class Conversation:
             self.quitting = True
             self.terminal.lines.put_nowait(None)
 
+        self.terminal.interrupt = interrupt  # a terminal in raw mode sends no SIGINT
         try:
             loop.add_signal_handler(signal.SIGINT, interrupt)
         except (NotImplementedError, RuntimeError):  # not the main thread, or no signals
@@ -411,5 +363,10 @@ async def _result(run: Run) -> Result:
 
 
 def _mid_turn(last: Message) -> bool:
-    """Whether a transcript ending with ``last`` stopped in the middle of a turn."""
-    return last.role == "user" and (bool(last.tool_results) or last.steered)
+    """Whether a transcript ending with ``last`` stopped in the middle of a turn.
+
+    Any user message at the end is unanswered: tool results, a steer, or the turn's own
+    prompt (the loop saves it before the first request, so a chat killed during its first
+    request or tool call leaves exactly that).
+    """
+    return last.role == "user"
