@@ -47,7 +47,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from bench._common import Payloads, machine, mean, median, micros, ratio, size, table, written
 from bench._naive import NaiveMongo, NaiveMySQL, NaivePostgres, NaiveSQLite, NaiveStore
@@ -335,8 +335,10 @@ async def sqlite_backend(synchronous: str) -> AsyncIterator[Backend]:
     backend = Backend(f"SQLite (WAL, synchronous={synchronous})")
     async with contextlib.AsyncExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-persist-")))
-        store = await SQLiteStore.open(root / "steerable.db", synchronous=synchronous)
-        stack.push_async_callback(store.close)
+        mode: Literal["NORMAL", "FULL"] = "FULL" if synchronous == "FULL" else "NORMAL"
+        store = await stack.enter_async_context(
+            SQLiteStore(root / "steerable.db", synchronous=mode)
+        )
         backend.systems.append(Steerable(store))
         naive = NaiveSQLite(root / "naive.db", synchronous)
         stack.push_async_callback(naive.close)

@@ -226,13 +226,11 @@ async def targets(args: argparse.Namespace) -> AsyncIterator[tuple[list[Target],
     async with contextlib.AsyncExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-steer-")))
         if "sqlite" in args.stores:
-            shared = await SQLiteStore.open(root / "shared.db")
-            stack.push_async_callback(shared.close)
+            shared = await stack.enter_async_context(SQLiteStore(root / "shared.db"))
             found.append(Target("SQLite, 1 store", [shared]))
             own: list[Store] = []
             for _ in range(args.takers):
-                one = await SQLiteStore.open(root / "own.db")
-                stack.push_async_callback(one.close)
+                one = await stack.enter_async_context(SQLiteStore(root / "own.db"))
                 own.append(one)
             found.append(Target(f"SQLite, {args.takers} stores", own))
         servers: list[tuple[str, str, Opener]] = [
