@@ -23,17 +23,21 @@ class ReActGraph:
     """A compiled ReAct graph whose model replies come from :attr:`script`.
 
     ``answer(call)`` gives the tool's output for a tool call (a LangChain tool-call dict).
-    Before each model reply the graph records a mark ``(time, bytes written, payload)``
-    in :attr:`marks`: the steps of a run are the spans between marks.
+    With ``marks`` (``bench.persist``), before each model reply the graph records a mark
+    ``(time, bytes written, payload)`` in :attr:`marks`: the steps of a run are the spans
+    between marks. ``bench.loop_overhead`` goes without: reading ``/proc`` at every step
+    is the benchmark's cost, not LangGraph's.
     """
 
-    def __init__(self, checkpointer: Any, answer: Callable[[dict[str, Any]], str]) -> None:
+    def __init__(
+        self, checkpointer: Any, answer: Callable[[dict[str, Any]], str], *, marks: bool = True
+    ) -> None:
         self.script: Iterator[AIMessage] = iter(())
         self.marks: list[tuple[float, int, int]] = []
         self.payload = 0  # bytes the checkpointer's serializer produced so far
         self._answer = answer
         builder = StateGraph(MessagesState)
-        builder.add_node("agent", self._agent)
+        builder.add_node("agent", self._agent if marks else self._reply)
         builder.add_node("tools", self._tools)
         builder.add_edge(START, "agent")
         builder.add_conditional_edges("agent", _route, ["tools", END])
@@ -42,6 +46,9 @@ class ReActGraph:
 
     async def _agent(self, state: MessagesState) -> dict[str, list[AnyMessage]]:
         self.marks.append((time.perf_counter(), written(), self.payload))
+        return {"messages": [next(self.script)]}
+
+    async def _reply(self, state: MessagesState) -> dict[str, list[AnyMessage]]:
         return {"messages": [next(self.script)]}
 
     async def _tools(self, state: MessagesState) -> dict[str, list[AnyMessage]]:

@@ -10,9 +10,10 @@ Each system runs three ways: without persistence, with an in-memory session or
 checkpointer, and with one in a SQLite file (WAL, ``synchronous=NORMAL`` for all):
 
 - steerable: ``Runner.run`` with ``ScriptedModel``; no session / ``MemoryStore`` /
-  ``SQLiteStore``.
-- LangGraph: a ReAct ``StateGraph`` (scripted model node, tool node, ``add_messages``);
-  no checkpointer / ``InMemorySaver`` / ``AsyncSqliteSaver``; ``durability="sync"``.
+  ``SQLiteStore``; the ``Spec`` built once, a new session per run.
+- LangGraph: a ReAct ``StateGraph`` (scripted model node, tool node, ``add_messages``),
+  compiled once, without ``bench.persist``'s byte counting in its model node; no
+  checkpointer / ``InMemorySaver`` / ``AsyncSqliteSaver``; ``durability="sync"``.
 - OpenAI Agents SDK: ``Runner.run`` with ``agents.testing.ScriptedModel`` and a
   ``function_tool``, tracing off; no session / ``SQLiteSession(":memory:")`` /
   ``SQLiteSession(file)``.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import tempfile
 import time
 import uuid
@@ -59,12 +61,21 @@ class Config:
 
 
 def steerable_run(store: Store | None) -> Callable[[int], Awaitable[None]]:
-    """A steerable run of ``steps`` tool steps, on a new session of ``store`` (if any)."""
+    """A steerable run of ``steps`` tool steps, on a new session of ``store`` (if any).
+
+    The spec (its tools' schemas) is built once, outside the timed part, as LangGraph's
+    graph and the Agents SDK's tool are; a run only adds its new session, as the peers
+    add their thread or session.
+    """
+    specs: dict[int, Spec] = {}
 
     async def run(steps: int) -> None:
+        spec = specs.get(steps)
+        if spec is None:  # the first run is the untimed warm-up
+            spec = specs[steps] = Spec(tools=[echo], max_steps=steps + 1)
+        if store is not None:
+            spec = dataclasses.replace(spec, session=open_session(uuid.uuid4().hex, store))
         script = [call("echo", '{"x": 1}') for _ in range(steps)]
-        session = open_session(uuid.uuid4().hex, store) if store is not None else None
-        spec = Spec(tools=[echo], max_steps=steps + 1, session=session)
         result = await Runner.run(spec, "go", ScriptedModel([*script, "done"]))
         assert result.reason == "completed", result.error
 
@@ -77,7 +88,7 @@ def langgraph_run(checkpointer: Any) -> Callable[[int], Awaitable[None]]:
 
     from bench._langgraph import ReActGraph
 
-    graph = ReActGraph(checkpointer, lambda call: "ok")
+    graph = ReActGraph(checkpointer, lambda call: "ok", marks=False)
 
     async def run(steps: int) -> None:
         graph.script = iter(
@@ -126,8 +137,7 @@ async def configs(root: Path) -> AsyncIterator[tuple[list[Config], list[str]]]:
     """Every configuration that can run here, and notes on the ones that cannot."""
     notes: list[str] = []
     async with contextlib.AsyncExitStack() as stack:
-        sqlite = await SQLiteStore.open(root / "steerable.db")
-        stack.push_async_callback(sqlite.close)
+        sqlite = await stack.enter_async_context(SQLiteStore(root / "steerable.db"))
         found = [
             Config("steerable", NONE, steerable_run(None)),
             Config("steerable", MEMORY, steerable_run(MemoryStore())),
