@@ -128,15 +128,15 @@ async def unicode_round_trips(store: Store) -> None:
 
 @_case
 async def nul_is_kept(store: Store) -> None:
-    """NUL is a character like any other, in a message and in a steer (the docs promise it)."""
+    """NUL is kept in text, tool arguments and steers (the docs promise it; ids are not text)."""
     sid = _sid()
     text = "before\x00after"
     await store.save(sid, [user(text), Message("assistant", (ToolCall("c", "f", text),))], at=0)
-    await store.steer(sid, Steer(text, "s\x00id"))
+    await store.steer(sid, Steer(text, "s-nul"))
     back = await store.messages(sid)
     assert back[0].text == text
     assert back[1].tool_calls[0].arguments == text
-    assert [(s.id, s.text) for s in await store.steers(sid)] == [("s\x00id", text)]
+    assert [(s.id, s.text) for s in await store.steers(sid)] == [("s-nul", text)]
     assert _texts(await store.take_steers(sid, at=None, limit=1)) == [text]
 
 
