@@ -44,10 +44,11 @@ from steerable.models.scripted import ScriptedModel
 from steerable.runner import Run, Runner
 from steerable.session import Session, open_session
 from steerable.spec import EndReason, Result, Spec
-from steerable.store import Steer, Store
+from steerable.store import CheckedStore, Steer, Store
 from steerable.tools import Tool, tool
 
 __all__ = [
+    "CheckedStore",
     "CorruptRecord",
     "EndReason",
     "Event",
