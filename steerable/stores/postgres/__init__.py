@@ -1,13 +1,19 @@
 """A store in Postgres, over the ``asyncpg`` pool the application already has.
 
-Install it with ``pip install 'steerable[postgres]'``. The store runs no DDL: the
-application applies :data:`SCHEMA` (idempotent, versioned by :data:`SCHEMA_VERSION`) the
-way it applies its own migrations, then hands over its pool::
+Install it with ``pip install 'steerable[postgres]'``. The store runs no DDL: its schema is
+:data:`MIGRATIONS`, an ordered list of versioned steps, and the application applies the
+ones its database lacks with :func:`migrate` where it runs its own migrations, then hands
+over its pool::
 
     pool = await asyncpg.create_pool(dsn)
-    await pool.execute(postgres.SCHEMA)  # once per database; safe to repeat
+    await postgres.migrate(pool)  # applies what is missing; safe to repeat, and to race
     store = postgres.PostgresStore(pool)
     await store.check_schema()  # optional: fail at start-up rather than on the first save
+
+:meth:`PostgresStore.check_schema` (the :class:`steerable.stores.migrations.SchemaVersioned`
+ability) refuses a database older than :data:`SCHEMA_VERSION`, naming the step to apply,
+and one newer, asking for a newer steerable. A database set up with the ``SCHEMA`` script of
+earlier releases is at version 1 already.
 
 Every verb is one SQL statement, so one round trip once asyncpg has prepared it on the
 connection. (A default asyncpg pool also sends a reset query as each connection goes back;
@@ -15,27 +21,30 @@ a pool created with a ``reset`` that sends nothing saves that trip, when nothing
 leaves session state on its connections.) A save-and-take is one statement with
 data-modifying CTEs: it appends the messages, takes the oldest waiting steers under row
 locks and records them after the messages, as one implicit transaction. A save that does
-not extend the stored transcript, whether it is behind or leaves a gap, raises
+not extend the stored transcript, whether it is behind or leaves a gap, or that lost a race
+for its position while it waited on a steer's lock, raises
 :class:`steerable.errors.TranscriptConflict` and changes nothing; concurrent takers in any
-number of processes get each steer exactly once.
+number of processes get each steer exactly once, oldest first.
 
 A connection that fails mid-call raises :class:`steerable.errors.StoreUnavailable`; a save
 is then stored whole or not at all, so load the transcript to learn which. The statements
 name the tables unqualified: a pool whose ``search_path`` starts with another Postgres
-schema keeps steerable's tables there. ``statement_cache_size=0`` (PgBouncer in
-transaction mode) works too, at the cost of a prepare round trip per call.
+schema keeps steerable's tables there (:func:`migrate` creates them there too).
+``statement_cache_size=0`` (PgBouncer in transaction mode) works too, at the cost of a
+prepare round trip per call.
 """
 
 from __future__ import annotations
 
+from steerable._extras import missing_extra
+
 try:
     import asyncpg  # type: ignore[import-untyped]  # noqa: F401  (fail here, with the extra named)
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ImportError(
-        f"steerable.stores.postgres needs asyncpg ({exc}): pip install 'steerable[postgres]'"
-    ) from None
+    raise missing_extra("steerable.stores.postgres", "postgres", "asyncpg", exc) from None
 
-from steerable.stores.postgres._schema import SCHEMA, SCHEMA_VERSION
+from steerable.stores.postgres._migrate import migrate
+from steerable.stores.postgres._schema import MIGRATIONS, SCHEMA_VERSION
 from steerable.stores.postgres._store import Pool, PostgresStore
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Pool", "PostgresStore"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Pool", "PostgresStore", "migrate"]

@@ -1,4 +1,4 @@
-"""The Postgres store's tables: DDL the application runs, never the store.
+"""The Postgres store's tables, as ordered migrations the application applies, never the store.
 
 Every table is prefixed ``steerable_`` so it can share a schema with the application's own.
 A message body is :func:`steerable.codec.encode`'s JSON *text* in a ``text`` column: jsonb
@@ -10,48 +10,49 @@ into the transcript inside SQL without a trip back to Python. The ``text`` of a 
 steer is read back from that body, which also lets a steer hold NUL (``codec`` escapes it;
 a ``text`` column could not).
 
-The script is idempotent and takes an advisory lock first: several replicas starting at
-once may all run it. It runs as one implicit transaction when sent as a single simple
-query (``await pool.execute(SCHEMA)``), so it applies whole or not at all.
+``steerable_schema`` records the version of every step applied; :func:`._migrate.migrate`
+keeps it, and the store reads it only in ``schema_version``/``check_schema``. A step is a
+list of statements run in one transaction with its version row (Postgres DDL is
+transactional), so a step is applied whole or not at all. Its statements say ``IF NOT
+EXISTS`` where they can, so a step also adopts tables made by hand from the same DDL.
+To change the schema, append a step; never edit one that has shipped.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
-"""The version of :data:`SCHEMA`; recorded in ``steerable_schema`` when the script runs."""
+from typing import Final
 
-SCHEMA = f"""
-SELECT pg_advisory_xact_lock(7310582279216590951);
+from steerable.stores.migrations import Migration, validated
 
-CREATE TABLE IF NOT EXISTS steerable_schema (
-    version    integer     PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
-
-CREATE TABLE IF NOT EXISTS steerable_messages (
+MIGRATIONS: Final = validated(
+    [
+        Migration(
+            1,
+            "the messages and steers tables",
+            (
+                """CREATE TABLE IF NOT EXISTS steerable_messages (
     session  text   NOT NULL,
     position bigint NOT NULL,
     id       text   NOT NULL,
     body     text   NOT NULL,
     CONSTRAINT steerable_messages_position PRIMARY KEY (session, position),
     CONSTRAINT steerable_messages_id UNIQUE (session, id)
-);
-
-CREATE TABLE IF NOT EXISTS steerable_steers (
+)""",
+                """CREATE TABLE IF NOT EXISTS steerable_steers (
     seq     bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     session text    NOT NULL,
     id      text    NOT NULL,
     body    text    NOT NULL,
     taken   boolean NOT NULL DEFAULT false,
     CONSTRAINT steerable_steers_id UNIQUE (session, id)
-);
+)""",
+                """CREATE INDEX IF NOT EXISTS steerable_steers_waiting
+    ON steerable_steers (session, seq) WHERE NOT taken""",
+            ),
+        ),
+    ]
+)
+"""The schema of the Postgres store: apply it with :func:`steerable.stores.postgres.migrate`."""
 
-CREATE INDEX IF NOT EXISTS steerable_steers_waiting
-    ON steerable_steers (session, seq) WHERE NOT taken;
-
-INSERT INTO steerable_schema (version) VALUES ({SCHEMA_VERSION}) ON CONFLICT DO NOTHING;
-"""
-"""The DDL of the Postgres store, version :data:`SCHEMA_VERSION`.
-
-Run it once per database (it is safe to run again): ``await pool.execute(SCHEMA)``.
-"""
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this steerable reads and writes: the last of :data:`MIGRATIONS`."""

@@ -11,10 +11,14 @@ import asyncpg  # type: ignore[import-untyped]
 from steerable import codec
 from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
 from steerable.messages import Message
-from steerable.store import Steer, check_save, check_session_id, check_steer
-from steerable.stores.postgres._schema import SCHEMA_VERSION
+from steerable.store import Steer
+from steerable.stores.migrations import refusal
+from steerable.stores.postgres._schema import MIGRATIONS
 
-__all__ = ["Pool", "PostgresStore"]
+__all__ = ["APPLY", "Pool", "PostgresStore", "translated"]
+
+APPLY = "await steerable.stores.postgres.migrate(pool)"
+"""How the application applies the pending migrations; errors that ask for them quote it."""
 
 # Appends the messages at position $2 (or the end, when $2 is NULL), takes up to $5 waiting
 # steers and appends them right after: one statement, so one implicit transaction and one
@@ -98,10 +102,7 @@ _POSITION_KEY = "steerable_messages_position"
 # one unlucky caller from spinning forever.
 _RETRIES = 64
 
-_MISSING_SCHEMA = (
-    "the database has no steerable tables of schema version {version}: run"
-    " `await pool.execute(steerable.stores.postgres.SCHEMA)` once (the store runs no DDL)"
-)
+_VERSION = "SELECT coalesce(max(version), 0) FROM steerable_schema"
 
 
 class Pool(Protocol):
@@ -123,9 +124,11 @@ class Pool(Protocol):
 class PostgresStore:
     """A :class:`steerable.Store` in Postgres, over the application's ``asyncpg`` pool.
 
-    The store runs no DDL: apply :data:`steerable.stores.postgres.SCHEMA` first (and call
-    :meth:`check_schema` at start-up to fail early if nobody did). It holds no connection
-    between calls and has nothing to close; the pool is the application's.
+    The store runs no DDL: apply :data:`steerable.stores.postgres.MIGRATIONS` first with
+    :func:`steerable.stores.postgres.migrate` (and call :meth:`check_schema` at start-up
+    to fail early if nobody did). It holds no connection between calls and has nothing to
+    close; the pool is the application's. Arguments are trusted to be typed as annotated:
+    the front door (:class:`steerable.Session`) validates them.
     """
 
     __slots__ = ("pool",)
@@ -141,27 +144,29 @@ class PostgresStore:
     def __repr__(self) -> str:
         return f"PostgresStore({self.pool!r})"
 
-    async def check_schema(self) -> None:
-        """Raise :class:`StoreUnavailable` unless the database holds this store's schema."""
-        with _translated("read the steerable schema version"):
+    async def schema_version(self) -> int:
+        """The highest migration the database has applied; 0 when it has none."""
+        with translated("read the steerable schema version"):
             try:
-                version = await self.pool.fetchval("SELECT max(version) FROM steerable_schema")
+                version: int = await self.pool.fetchval(_VERSION)
             except asyncpg.UndefinedTableError:
-                version = None
-        if version is None or version < SCHEMA_VERSION:
-            raise StoreUnavailable(_MISSING_SCHEMA.format(version=SCHEMA_VERSION))
-        if version > SCHEMA_VERSION:
-            raise StoreUnavailable(
-                f"the database has steerable schema version {version}; this steerable knows"
-                f" {SCHEMA_VERSION}: upgrade steerable"
-            )
+                return 0
+        return version
+
+    async def check_schema(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the database has this steerable's schema.
+
+        Older, it names the migration step to apply; newer, it asks for a newer steerable.
+        """
+        error = refusal(await self.schema_version(), MIGRATIONS, store="Postgres", apply=APPLY)
+        if error is not None:
+            raise error
 
     # -- the Store verbs -------------------------------------------------------------------
 
     async def messages(self, session: str) -> list[Message]:
         """The session's transcript, in position order (empty for a new session)."""
-        check_session_id(session)
-        with _translated(f"read session {session!r}"):
+        with translated(f"read session {session!r}"):
             rows = await self.pool.fetch(_MESSAGES, session)
         return [
             codec.decode(id, body, where=f"session {session!r}, position {position}")
@@ -177,7 +182,6 @@ class PostgresStore:
         :class:`StoreUnavailable` raised here (the connection died) means the save is
         stored whole or not at all: load the transcript to see which.
         """
-        check_save(session, messages, at, take)
         ids = [m.id for m in messages]
         if len(set(ids)) != len(ids):
             raise InvalidMessage(f"session {session!r}: one message id is twice in the save")
@@ -186,20 +190,17 @@ class PostgresStore:
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
         """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
-        check_save(session, (), at, limit)
         return await self._append(session, [], [], at, limit)
 
     async def steer(self, session: str, steer: Steer) -> None:
         """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
-        check_steer(session, steer)
         body = codec.encode(steer.message())
-        with _translated(f"leave a steer for session {session!r}"):
+        with translated(f"leave a steer for session {session!r}"):
             await self.pool.execute(_STEER, session, steer.id, body)
 
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting in the session's box, oldest first."""
-        check_session_id(session)
-        with _translated(f"read the steers of session {session!r}"):
+        with translated(f"read the steers of session {session!r}"):
             rows = await self.pool.fetch(_STEERS, session)
         return [
             Steer(codec.decode(id, body, where=f"session {session!r}, steer {id!r}").text, id)
@@ -212,7 +213,7 @@ class PostgresStore:
         self, session: str, ids: list[str], bodies: list[str], at: int | None, take: int
     ) -> list[Message]:
         for _ in range(_RETRIES):
-            with _translated(f"save session {session!r}"):
+            with translated(f"save session {session!r}"):
                 try:
                     rows = await self.pool.fetch(_SAVE, session, at, ids, bodies, take)
                 except asyncpg.UniqueViolationError as exc:
@@ -246,14 +247,17 @@ class PostgresStore:
 
 
 @contextmanager
-def _translated(doing: str) -> Iterator[None]:
+def translated(doing: str) -> Iterator[None]:
     """Turn a driver's failure into a :class:`StoreUnavailable` that says what failed."""
     try:
         yield
     except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
-        raise StoreUnavailable(
-            f"cannot {doing}: {exc}; " + _MISSING_SCHEMA.format(version=SCHEMA_VERSION)
-        ) from exc
+        missing = refusal(0, MIGRATIONS, store="Postgres", apply=APPLY)
+        raise StoreUnavailable(f"cannot {doing}: {exc}; {missing}") from exc
+    except asyncpg.CharacterNotInRepertoireError as exc:
+        # message and steer texts reach Postgres codec-escaped; an id goes in as it is, and
+        # a Postgres text value cannot hold NUL: a limit of the column, like MySQL's length
+        raise UsageError(f"cannot {doing}: a Postgres id cannot hold NUL ({exc})") from exc
     except (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
         # the pool is closed, a connection was lost; asyncpg reports a connection the server
         # terminated while it sat idle in the pool as an internal client error

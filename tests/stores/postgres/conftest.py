@@ -1,4 +1,4 @@
-"""A fresh database per test run, with the schema applied; dropped when the run ends.
+"""A fresh database per test run, migrated to the latest schema; dropped when the run ends.
 
 Without a reachable server the tests are skipped, or fail when ``STEERABLE_REQUIRE_SERVERS=1``
 (as in CI), so a missing server can never pass for a green run.
@@ -14,7 +14,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from steerable.messages import new_id
-from steerable.stores.postgres import SCHEMA, PostgresStore
+from steerable.stores.postgres import PostgresStore, migrate
 from tests.stores.postgres.support import DATABASE, DSN, REQUIRED, create_pool
 
 
@@ -26,7 +26,7 @@ async def _create() -> None:
         await admin.close()
     db = await asyncpg.connect(DSN, database=DATABASE, timeout=10)
     try:
-        await db.execute(SCHEMA)
+        await migrate(db)
     finally:
         await db.close()
 
@@ -41,7 +41,7 @@ async def _drop() -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def database() -> Iterator[str]:
-    """The name of this run's database, created with the schema applied."""
+    """The name of this run's database, created and migrated."""
     try:
         asyncio.run(_create())
     except (OSError, asyncpg.PostgresError) as exc:

@@ -1,4 +1,4 @@
-"""The exported DDL, the schema check, and the import that names its extra."""
+"""The Postgres store's migrations, the schema check, and the import that names its extra."""
 
 from __future__ import annotations
 
@@ -12,16 +12,39 @@ import pytest
 import steerable.stores.postgres as postgres
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.messages import user
-from steerable.stores.postgres import SCHEMA, SCHEMA_VERSION, PostgresStore
+from steerable.stores import migrations
+from steerable.stores.migrations import Migration, SchemaVersioned, check_schema
+from steerable.stores.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore, migrate
 
 
 def test_the_package_exports_exactly_its_public_names() -> None:
-    assert sorted(postgres.__all__) == ["Pool", "PostgresStore", "SCHEMA", "SCHEMA_VERSION"]
+    assert sorted(postgres.__all__) == [
+        "MIGRATIONS",
+        "Pool",
+        "PostgresStore",
+        "SCHEMA_VERSION",
+        "migrate",
+    ]
 
 
-async def test_the_applied_schema_passes_the_check_and_keeps_no_json(store: PostgresStore) -> None:
-    await store.check_schema()
-    types = await store.pool.fetch(
+def test_the_migrations_are_numbered_in_order_and_the_version_is_the_last() -> None:
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+    assert MIGRATIONS[-1].version == SCHEMA_VERSION
+    with pytest.raises(UsageError, match=r"1, 2, 3"):
+        migrations.validated([*MIGRATIONS, Migration(SCHEMA_VERSION + 2, "a gap", ())])
+
+
+async def test_a_fresh_database_migrated_passes_the_check_and_keeps_no_json(
+    empty_schema: Any,
+) -> None:
+    store = PostgresStore(empty_schema)
+    assert isinstance(store, SchemaVersioned)
+    assert await store.schema_version() == 0
+    assert await migrate(empty_schema) == [m.version for m in MIGRATIONS]
+    assert await store.schema_version() == SCHEMA_VERSION
+    await check_schema(store)
+    await store.save("s", [user("x")], at=0)
+    types = await empty_schema.fetch(
         "SELECT DISTINCT data_type FROM information_schema.columns"
         " WHERE table_name LIKE 'steerable\\_%' AND table_schema = current_schema()"
     )
@@ -34,31 +57,95 @@ async def test_the_applied_schema_passes_the_check_and_keeps_no_json(store: Post
     }
 
 
-async def test_a_database_without_the_schema_is_named_unavailable(empty_schema: Any) -> None:
+async def test_a_database_without_the_schema_is_refused_naming_the_first_step(
+    empty_schema: Any,
+) -> None:
     store = PostgresStore(empty_schema)
-    with pytest.raises(StoreUnavailable, match=f"schema version {SCHEMA_VERSION}"):
+    step = rf"step 1 \({MIGRATIONS[0].summary}\)"
+    with pytest.raises(StoreUnavailable, match=rf"no steerable schema.*{step}.*migrate\(pool\)"):
         await store.check_schema()
-    with pytest.raises(StoreUnavailable, match=r"stores\.postgres\.SCHEMA"):
+    with pytest.raises(StoreUnavailable, match=rf"{step}.*migrate\(pool\)"):
         await store.save("s", [user("x")], at=0)
 
 
-async def test_a_newer_schema_asks_for_a_newer_steerable(empty_schema: Any) -> None:
-    await empty_schema.execute(SCHEMA)
+async def test_an_older_database_is_refused_naming_the_step_and_migrate_applies_it(
+    empty_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The next release appends a step: a database at today's version is then older.
+    await migrate(empty_schema)
+    step = Migration(
+        SCHEMA_VERSION + 1,
+        "the service's tables",
+        (
+            "CREATE TABLE steerable_next (id text PRIMARY KEY)",
+            "INSERT INTO steerable_next VALUES ('a')",
+        ),
+    )
+    newer = (*MIGRATIONS, step)
+    monkeypatch.setattr("steerable.stores.postgres._store.MIGRATIONS", newer)
+    monkeypatch.setattr("steerable.stores.postgres._migrate.MIGRATIONS", newer)
+    store = PostgresStore(empty_schema)
+    with pytest.raises(
+        StoreUnavailable, match=rf"version {SCHEMA_VERSION};.*step {step.version} \(the service's"
+    ):
+        await store.check_schema()
+    assert await migrate(empty_schema) == [step.version]
+    assert await migrate(empty_schema) == []
+    await store.check_schema()
+    assert await empty_schema.fetchval("SELECT count(*) FROM steerable_next") == 1
+
+
+async def test_a_step_that_fails_is_not_recorded_and_leaves_nothing(
+    empty_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await migrate(empty_schema)
+    broken = Migration(
+        SCHEMA_VERSION + 1,
+        "broken",
+        ("CREATE TABLE steerable_half (id text)", "SELECT * FROM no_such_table"),
+    )
+    monkeypatch.setattr("steerable.stores.postgres._migrate.MIGRATIONS", (*MIGRATIONS, broken))
+    with pytest.raises(StoreUnavailable, match="apply the steerable migrations"):
+        await migrate(empty_schema)
+    assert await PostgresStore(empty_schema).schema_version() == SCHEMA_VERSION
+    assert await empty_schema.fetchval("SELECT to_regclass('steerable_half')") is None
+
+
+async def test_a_newer_database_asks_for_a_newer_steerable_and_is_left_alone(
+    empty_schema: Any,
+) -> None:
+    await migrate(empty_schema)
     await empty_schema.execute("INSERT INTO steerable_schema (version) VALUES (99)")
     with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
         await PostgresStore(empty_schema).check_schema()
+    with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
+        await migrate(empty_schema)
 
 
-async def test_replicas_applying_the_schema_at_once_all_succeed(empty_schema: Any) -> None:
-    # Without the script's advisory lock, concurrent CREATE ... IF NOT EXISTS can collide.
+async def test_replicas_migrating_at_once_apply_each_step_once(empty_schema: Any) -> None:
+    # Without the advisory lock, concurrent CREATE ... IF NOT EXISTS can collide, and two
+    # migrators could both record one version (a primary key violation).
     connections = [await empty_schema.acquire() for _ in range(4)]
     try:
-        await asyncio.gather(*(c.execute(SCHEMA) for c in connections))
+        applied = await asyncio.gather(*(migrate(c) for c in connections))
     finally:
         for connection in connections:
             await empty_schema.release(connection)
+    assert sorted(applied) == [[], [], [], [m.version for m in MIGRATIONS]]
     await PostgresStore(empty_schema).check_schema()
-    await empty_schema.execute(SCHEMA)  # and again later: it is idempotent
+    assert await migrate(empty_schema) == []  # and again later: nothing to do
+
+
+async def test_a_database_of_the_old_schema_script_is_at_version_1(empty_schema: Any) -> None:
+    # Releases before the migrations shipped one idempotent script that recorded version 1.
+    await empty_schema.execute(
+        "CREATE TABLE steerable_schema (version integer PRIMARY KEY,"
+        " applied_at timestamptz NOT NULL DEFAULT now());"
+        + ";".join(MIGRATIONS[0].steps)
+        + "; INSERT INTO steerable_schema (version) VALUES (1)"
+    )
+    assert await migrate(empty_schema) == [m.version for m in MIGRATIONS[1:]]
+    await PostgresStore(empty_schema).check_schema()
 
 
 def test_the_store_takes_a_pool_not_a_dsn() -> None:
@@ -79,6 +166,7 @@ def test_without_asyncpg_the_import_names_the_extra() -> None:
         "try:\n    import steerable.stores.postgres\n"
         "except ImportError as exc:\n    print(exc)\n"
     )
+    assert result.stdout.startswith("steerable.stores.postgres needs asyncpg ("), result.stderr
     assert "pip install 'steerable[postgres]'" in result.stdout, result.stderr
 
 

@@ -11,7 +11,7 @@ import pytest
 from steerable.errors import CorruptRecord, StoreUnavailable, TranscriptConflict
 from steerable.messages import assistant, new_id, user
 from steerable.store import Steer
-from steerable.stores.postgres import SCHEMA, PostgresStore
+from steerable.stores.postgres import PostgresStore, migrate
 from tests.stores.postgres.support import create_pool, server_address
 from tests.stores.postgres.wire import Wire
 
@@ -97,7 +97,7 @@ async def test_a_redo_conflicts_even_when_the_id_key_is_checked_first(
     # Postgres checks unique keys in index creation order. After a REINDEX CONCURRENTLY of
     # the position key the id key comes first, and a replica redoing a step that another
     # one just committed trips over the id of its first message: that is still a conflict.
-    await empty_schema.execute(SCHEMA)
+    await migrate(empty_schema)
     await empty_schema.execute("REINDEX INDEX CONCURRENTLY steerable_messages_position")
     schema = await empty_schema.fetchval("SELECT current_schema()")
     redo = await create_pool(
