@@ -30,7 +30,7 @@ def test_the_documented_store_test_runs_every_case(tmp_path: Path) -> None:
     (tmp_path / "test_my_store.py").write_text(example)
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\n")
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:asyncio", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:asyncio", "-p", "no:cacheprovider"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
