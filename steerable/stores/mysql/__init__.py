@@ -2,31 +2,38 @@
 
 ::
 
-    from steerable.stores.mysql import SCHEMA, MySQLStore
+    from steerable.stores.mysql import MySQLStore, migrate
 
     pool = await aiomysql.create_pool(host=..., user=..., db=...)  # charset utf8mb4: default
-    async with pool.acquire() as conn, conn.cursor() as cur:  # once, when deploying
-        for statement in SCHEMA:
-            await cur.execute(statement)
+    await migrate(pool)  # when deploying: applies what is missing; safe to repeat and race
     store = MySQLStore(pool)
+    await store.check_schema()  # optional: fail at start-up rather than on the first save
 
-The store runs no DDL: the application applies :data:`SCHEMA` (three tables and one
-stored procedure, each statement idempotent) when it deploys, and :data:`SCHEMA_VERSION`
-says which version that is. Every verb is one round trip, a save-and-take included,
-whatever the pool's autocommit setting. The pool's connections must use
-``charset="utf8mb4"`` (aiomysql's default); any other is refused with a clear error.
+The store runs no DDL: its schema is :data:`MIGRATIONS`, an ordered list of versioned steps
+(three tables and one stored procedure so far), which the application applies with
+:func:`migrate` where it runs its own migrations; :data:`SCHEMA_VERSION` is the version
+this steerable needs. :meth:`MySQLStore.check_schema` (the
+:class:`steerable.stores.migrations.SchemaVersioned` ability) refuses an older database
+naming the step to apply, and a newer one asking for a newer steerable. A database set up
+from the ``SCHEMA`` statements of earlier releases records no version: ``migrate`` runs
+step 1 on it again (idempotent) and records it.
+
+Every verb is one round trip, a save-and-take included, whatever the pool's autocommit
+setting. The pool's connections must use ``charset="utf8mb4"`` (aiomysql's default); any
+other is refused with a clear error.
 
 Needs the ``mysql`` extra: ``pip install 'steerable[mysql]'``.
 """
 
+from steerable._extras import missing_extra
+
 try:
     import aiomysql  # type: ignore[import-untyped]  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ImportError(
-        "steerable.stores.mysql needs the aiomysql driver: pip install 'steerable[mysql]'"
-    ) from exc
+    raise missing_extra("steerable.stores.mysql", "mysql", "aiomysql", exc) from None
 
-from steerable.stores.mysql._schema import SCHEMA, SCHEMA_VERSION
+from steerable.stores.mysql._migrate import migrate
+from steerable.stores.mysql._schema import MIGRATIONS, SCHEMA_VERSION
 from steerable.stores.mysql._store import MySQLStore
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "MySQLStore"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "MySQLStore", "migrate"]

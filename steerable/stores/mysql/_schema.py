@@ -1,7 +1,11 @@
-"""The MySQL/MariaDB schema of steerable: tables and the one stored procedure.
+"""The MySQL/MariaDB schema of steerable, as ordered migrations: tables and one procedure.
 
-The application applies :data:`SCHEMA` (each statement once, in order, with any client);
-steerable runs none of it. Every statement is idempotent, so applying it again is safe.
+The application applies :data:`MIGRATIONS` with :func:`steerable.stores.mysql.migrate`
+(which records each version in ``steerable_schema``); steerable's store runs none of it.
+MySQL commits DDL statement by statement, so a step cannot be one transaction: every
+statement of a step is idempotent instead (``IF NOT EXISTS``), and a step cut off half way
+is run again whole by the next ``migrate``. To change the schema, append a step; never edit
+one that has shipped.
 
 Why a stored procedure: a save-and-take must check the transcript's length, append the
 new messages, take waiting steers and record them, all in one transaction. Done from the
@@ -9,8 +13,8 @@ client that is six statements or more, each a round trip; ``steerable_save_v1`` 
 server side and is called once, so a step costs one round trip, steered or not. (One
 multi-statement text could do it too, but it has no IF: a conflict would have to be
 forced into an error by a trick, and MySQL has no anonymous block to hold the logic.)
-Its name carries the schema version: a later schema adds ``_v2`` beside it, and a
-database missing the procedure tells the caller plainly which schema to apply. It runs
+Its name carries its own version: a step that changes it adds ``_v2`` beside it, and a
+database missing the procedure tells the caller plainly which step to apply. It runs
 with the caller's rights (``SQL SECURITY INVOKER``): the application's user needs
 SELECT, INSERT and UPDATE on the three tables and EXECUTE on the procedure.
 
@@ -21,13 +25,14 @@ MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: th
 
 from __future__ import annotations
 
-__all__ = ["CONFLICT", "SAVE", "SCHEMA", "SCHEMA_VERSION"]
+from typing import Final
 
-SCHEMA_VERSION = 1
-"""The version of :data:`SCHEMA`; the store calls the procedure of this version."""
+from steerable.stores.migrations import Migration, validated
 
-SAVE = f"steerable_save_v{SCHEMA_VERSION}"
-"""The stored procedure that appends messages and takes steers."""
+__all__ = ["CONFLICT", "MIGRATIONS", "SAVE", "SCHEMA_VERSION"]
+
+SAVE = "steerable_save_v1"
+"""The stored procedure that appends messages and takes steers (made by step 1)."""
 
 CONFLICT = "steerable: transcript conflict, stored "
 """How ``SAVE`` starts the message of the error it raises on a conflict; the count follows."""
@@ -41,7 +46,7 @@ _ID = "VARBINARY(1020) NOT NULL"
 _BODY = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
 _TABLE = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 
-SCHEMA: list[str] = [
+_STEP_1 = (
     # One row per session that was ever written: the lock every save of the session takes
     # first, so writers and takers of one session queue up instead of racing.
     f"""CREATE TABLE IF NOT EXISTS steerable_sessions (
@@ -135,5 +140,12 @@ BEGIN
         WHERE session = p_session AND position >= v_mark ORDER BY position;
     COMMIT;
 END""",
-]
-"""The DDL of the MySQL/MariaDB store, one statement each, in the order to apply them."""
+)
+
+MIGRATIONS: Final = validated(
+    [Migration(1, "the sessions, messages and steers tables and the save procedure", _STEP_1)]
+)
+"""The schema of the MySQL/MariaDB store: apply it with :func:`steerable.stores.mysql.migrate`."""
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this steerable reads and writes: the last of :data:`MIGRATIONS`."""

@@ -30,10 +30,14 @@ from steerable.errors import (
     UsageError,
 )
 from steerable.messages import Message
-from steerable.store import Steer, check_save, check_session_id, check_steer
-from steerable.stores.mysql._schema import CONFLICT, SAVE, SCHEMA_VERSION
+from steerable.store import Steer
+from steerable.stores.migrations import refusal
+from steerable.stores.mysql._schema import CONFLICT, MIGRATIONS, SAVE
 
-__all__ = ["MySQLStore", "Pool"]
+__all__ = ["APPLY", "MySQLStore", "Pool", "error_of"]
+
+APPLY = "await steerable.stores.mysql.migrate(pool)"
+"""How the application applies the pending migrations; errors that ask for them quote it."""
 
 _Rows = Sequence[tuple[Any, ...]]
 
@@ -48,7 +52,8 @@ _GONE = frozenset({1053, 1927, 4031})
 # isolation (innodb_snapshot_isolation, 11.6+) refusing a row changed since the snapshot.
 _RETRY = frozenset({1020, 1213})
 _ATTEMPTS = 5
-_NO_SCHEMA = frozenset({1146, 1305})  # no such table, no such procedure
+_NO_TABLE = 1146
+_NO_SCHEMA = frozenset({_NO_TABLE, 1305})  # no such table, no such procedure
 
 
 class _Cursor(Protocol):
@@ -81,10 +86,13 @@ class MySQLStore:
     The pool is the application's: where the server is, how many connections and how
     long to wait are its settings. Its connections must use ``charset="utf8mb4"`` (the
     aiomysql default); autocommit on or off both work. The database must hold
-    :data:`steerable.stores.mysql.SCHEMA`, applied by the application.
+    :data:`steerable.stores.mysql.MIGRATIONS`, applied by the application with
+    :func:`steerable.stores.mysql.migrate`; :meth:`check_schema` says whether it does.
 
     Ids (of sessions, messages, steers) hold at most 255 characters and compare byte for
-    byte. A save that was cancelled, or failed with :class:`StoreUnavailable` because the
+    byte: limits of the columns, checked here. Otherwise the store trusts its arguments to
+    be typed as annotated (the front door, :class:`steerable.Session`, validates them).
+    A save that was cancelled, or failed with :class:`StoreUnavailable` because the
     connection broke, may or may not have been stored (the server may have committed
     before the answer was lost); it is never half stored. Load the transcript to see: the
     message ids tell, and a steer it took is in it, so no steer is lost either way.
@@ -95,9 +103,28 @@ class MySQLStore:
             raise UsageError(f"MySQLStore takes an aiomysql pool, not {type(pool).__name__}")
         self._pool = pool
 
+    async def schema_version(self) -> int:
+        """The highest migration the database has applied; 0 when it has none."""
+        try:
+            rows = await self._run("SELECT COALESCE(MAX(version), 0) FROM steerable_schema", ())
+        except StoreUnavailable as exc:
+            if exc.__cause__ is not None and _code(exc.__cause__) == _NO_TABLE:
+                return 0
+            raise
+        return int(rows[0][0])
+
+    async def check_schema(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the database has this steerable's schema.
+
+        Older, it names the migration step to apply; newer, it asks for a newer steerable.
+        """
+        error = refusal(await self.schema_version(), MIGRATIONS, store="MySQL", apply=APPLY)
+        if error is not None:
+            raise error
+
     async def messages(self, session: str) -> list[Message]:
         """The session's transcript, in position order (empty for a new session)."""
-        _check_id(check_session_id(session), "session id")
+        _check_id(session, "session id")
         rows = await self._run(
             "SELECT position, id, body FROM steerable_messages"
             " WHERE session = %s ORDER BY position",
@@ -112,17 +139,14 @@ class MySQLStore:
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
         """Append ``messages`` at position ``at``, then take up to ``take`` steers; atomic."""
-        check_save(session, messages, at, take)
         return await self._save(session, messages, at, take)
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
         """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
-        check_save(session, (), at, limit)
         return await self._save(session, (), at, limit)
 
     async def steer(self, session: str, steer: Steer) -> None:
         """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
-        check_steer(session, steer)
         _check_id(session, "session id")
         _check_id(steer.id, "steer id")
         # the steer keeps the text of the message that records it, so a take copies it;
@@ -136,7 +160,7 @@ class MySQLStore:
 
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting in the session's box, oldest first."""
-        _check_id(check_session_id(session), "session id")
+        _check_id(session, "session id")
         rows = await self._run(
             "SELECT id, body FROM steerable_steers"
             " WHERE session = %s AND taken_at IS NULL ORDER BY seq",
@@ -182,14 +206,14 @@ class MySQLStore:
                     continue
                 if attempt == 0 and _broken(exc) and not call:
                     continue
-                raise _error(exc, session, at) from exc
+                raise error_of(exc, session, at) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _once(self, sql: str, args: Sequence[object], *, call: bool) -> _Rows:
         try:
             conn: _Connection = await self._pool.acquire()
         except (aiomysql.MySQLError, OSError) as exc:
-            raise _error(exc, "", None) from exc
+            raise error_of(exc, "", None) from exc
         try:
             if conn.charset.lower() != "utf8mb4":
                 raise UsageError(
@@ -254,7 +278,7 @@ def _broken(exc: BaseException) -> bool:
     return isinstance(exc, aiomysql.InterfaceError) or 2000 <= code < 3000 or code in _GONE
 
 
-def _error(exc: BaseException, session: str, at: int | None) -> StoreError | UsageError:
+def error_of(exc: BaseException, session: str, at: int | None) -> StoreError | UsageError:
     """The steerable error for the driver's ``exc``, raised by a verb on ``session``."""
     code = _code(exc)
     message = _message(exc)
@@ -267,10 +291,8 @@ def _error(exc: BaseException, session: str, at: int | None) -> StoreError | Usa
             f" saved: {message}"
         )
     if code in _NO_SCHEMA:
-        return StoreUnavailable(
-            f"the MySQL database lacks steerable's schema version {SCHEMA_VERSION}"
-            f" ({message}); apply steerable.stores.mysql.SCHEMA"
-        )
+        missing = refusal(0, MIGRATIONS, store="MySQL", apply=APPLY)
+        return StoreUnavailable(f"{message}; {missing}")
     if code == 1153:
         return StoreUnavailable(f"a save larger than the server's max_allowed_packet: {message}")
     if _broken(exc) or isinstance(exc, OSError):

@@ -1,4 +1,4 @@
-"""A fresh database with steerable's schema for this run of the MySQL tests, dropped after.
+"""A fresh database, migrated, for this run of the MySQL tests, dropped after.
 
 If the server cannot be reached the tests are skipped, or fail when
 ``STEERABLE_REQUIRE_SERVERS=1`` (CI sets it: a CI run must not pass by skipping).
@@ -14,19 +14,19 @@ from typing import Any
 import aiomysql  # type: ignore[import-untyped]
 import pytest
 
-from steerable.stores.mysql import SCHEMA, MySQLStore
+from steerable.stores.mysql import MySQLStore, migrate
 from tests.stores.mysql import server
 
 
 async def _create() -> None:
     await server.query(f"CREATE DATABASE {server.DATABASE} CHARACTER SET utf8mb4", database=None)
-    for statement in SCHEMA:
-        await server.query(statement)
+    async with server.pool_on() as pool:
+        await migrate(pool)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def mysql_database() -> Iterator[str]:
-    """The name of this run's database, created with the schema applied."""
+    """The name of this run's database, created and migrated."""
     try:
         asyncio.run(_create())
     except (OSError, aiomysql.OperationalError) as exc:

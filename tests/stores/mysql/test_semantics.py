@@ -1,13 +1,11 @@
-"""What the MySQL store adds to the contract: ids, the stored form, pools, the schema."""
+"""What the MySQL store adds to the contract: ids, the stored form, pools, the driver."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,13 +14,12 @@ from steerable import codec
 from steerable.errors import (
     CorruptRecord,
     InvalidMessage,
-    StoreUnavailable,
     TranscriptConflict,
     UsageError,
 )
 from steerable.messages import Message, ToolCall, new_id, user
 from steerable.store import Steer
-from steerable.stores.mysql import SCHEMA, SCHEMA_VERSION, MySQLStore
+from steerable.stores.mysql import MySQLStore
 from tests.stores.mysql import server
 
 
@@ -145,41 +142,6 @@ async def test_positions_and_limits_past_the_column_types(store: MySQLStore) -> 
     assert len(await store.take_steers(sid, at=0, limit=2**70)) == 1
 
 
-async def test_a_database_without_the_schema_says_what_to_apply() -> None:
-    database = f"{server.DATABASE}_empty"
-    await server.query(f"CREATE DATABASE {database}", database=None)
-    try:
-        async with server.open_store(database) as store:
-            for call in (
-                lambda: store.messages("s"),
-                lambda: store.save("s", [user("a")], at=0),
-                lambda: store.steer("s", Steer("x")),
-            ):
-                with pytest.raises(
-                    StoreUnavailable, match=r"apply steerable\.stores\.mysql\.SCHEMA"
-                ):
-                    await call()
-    finally:
-        await server.query(f"DROP DATABASE {database}", database=None)
-
-
-async def test_the_schema_is_utf8mb4_innodb_and_applies_twice() -> None:
-    assert SCHEMA_VERSION == 1
-    assert all(isinstance(s, str) and s.strip() for s in SCHEMA)
-    tables = await server.query(
-        "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION FROM information_schema.TABLES"
-        " WHERE TABLE_SCHEMA = %s",
-        (server.DATABASE,),
-    )
-    assert sorted(tables) == [
-        (f"steerable_{t}", "InnoDB", "utf8mb4_bin") for t in ("messages", "sessions", "steers")
-    ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the server notes that each one already exists
-        for statement in SCHEMA:
-            await server.query(statement)
-
-
 def _python(code: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(Path(steerable.__file__).parents[1])}
     return subprocess.run(
@@ -190,7 +152,7 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
 def test_without_aiomysql_the_import_names_the_extra() -> None:
     run = _python("import sys; sys.modules['aiomysql'] = None; import steerable.stores.mysql")
     assert run.returncode != 0
-    assert "ImportError: steerable.stores.mysql needs the aiomysql driver" in run.stderr
+    assert "ImportError: steerable.stores.mysql needs aiomysql (" in run.stderr
     assert "pip install 'steerable[mysql]'" in run.stderr
 
 
@@ -200,12 +162,3 @@ def test_the_core_does_not_load_the_driver() -> None:
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiomysql', 'pymysql')))"
     )
     assert run.stdout.strip() == "[]", run.stderr
-
-
-async def test_the_package_exports_what_it_says(pool: Any) -> None:
-    import steerable.stores.mysql as package
-
-    assert sorted(package.__all__) == ["MySQLStore", "SCHEMA", "SCHEMA_VERSION"]
-    assert isinstance(MySQLStore(pool), MySQLStore)
-    with pytest.raises(UsageError, match="aiomysql pool"):
-        MySQLStore("mysql://root@localhost/test")  # type: ignore[arg-type]
