@@ -19,7 +19,7 @@ import pytest
 from steerable.store import Store
 from steerable.stores.postgres import PostgresStore
 from steerable.testing import OpenStore, StoreContract
-from tests.stores.postgres.support import DSN, open_store, server_address
+from tests.stores.postgres.support import DATABASE, DSN, open_store, server_address
 from tests.stores.relay import Relay, RelayLine
 
 
@@ -36,7 +36,7 @@ class _RowLock:
 
     async def until_waiting(self, count: int) -> None:
         # the saves queue on the row lock, the first behind the holder and the next behind
-        # the first: every backend that waits on a lock and reads this session's tables
+        # the first: count this database's backends that wait on a lock someone holds
         query = (
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
@@ -74,7 +74,7 @@ class TestPostgresStore(StoreContract):
         relay = Relay(*server_address())
         await relay.restore()
         pool = await asyncpg.create_pool(
-            DSN, host="127.0.0.1", port=relay.port, database=_database(), min_size=0
+            DSN, host="127.0.0.1", port=relay.port, database=DATABASE, min_size=0
         )
         try:
             yield RelayLine(relay, PostgresStore(pool))
@@ -93,9 +93,3 @@ class TestPostgresStore(StoreContract):
             )
             assert seq is not None, "no waiting steer to hold"
             yield _RowLock(pool, holder.get_server_pid())
-
-
-def _database() -> str:
-    from tests.stores.postgres.support import DATABASE
-
-    return DATABASE
