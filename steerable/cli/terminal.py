@@ -126,7 +126,9 @@ class PromptTerminal(Terminal):
         from prompt_toolkit import PromptSession
         from prompt_toolkit.patch_stdout import patch_stdout
 
-        session: PromptSession[str] = PromptSession()
+        # Erased when done: the typed line is printed again on its own, while the answer's
+        # unfinished line drawn above the input stays ours to print once it ends.
+        session: PromptSession[str] = PromptSession(erase_when_done=True)
         self._session = session
         with patch_stdout(raw=True):
             self.out = sys.stdout  # the proxy patch_stdout put there
@@ -146,6 +148,8 @@ class PromptTerminal(Terminal):
             except EOFError:
                 self.lines.put_nowait(None)
                 return
+            self.out.write(f"{STEER_PROMPT if self.working else PROMPT}{line}\n")
+            self.out.flush()
             self.lines.put_nowait(line)
 
     def _message(self) -> str:
@@ -166,8 +170,15 @@ class PromptTerminal(Terminal):
         self._mid_line = bool(rest)
         self._redraw()
 
+    def note(self, text: str, *, dim: bool = True) -> None:
+        """A line printed above the answer's unfinished line, which goes on below it."""
+        if self._color and dim:
+            text = f"\x1b[2m{text}\x1b[0m"
+        self.out.write(text + "\n")
+        self.out.flush()
+
     def typed(self) -> None:
-        """prompt_toolkit keeps the typed line on the screen."""
+        """The typed line was printed when it was accepted."""
 
     def prompt(self) -> None:
         """The prompt is always shown; it says ``you>`` when no turn runs."""

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,74 @@ def test_piped_input_is_answered_before_the_chat_leaves(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Hello there." in done.stdout and "Queued answer." in done.stdout
     assert [b["messages"][-1]["content"] for b in server.bodies] == ["hi", "and then?"]
+
+
+async def test_started_on_a_turn_killed_before_its_first_answer_it_carries_the_turn_on() -> None:
+    # The loop saves the prompt before the first request: a kill then leaves just that.
+    session = open_session("s", MemoryStore())
+    await session.save([user("find it", id="prompt")])
+    model = ScriptedModel(["found it"])
+    out = io.StringIO()
+    chat = conversation(session, model, out)
+    chat.terminal.lines.put_nowait(None)
+    await chat.main("scripted", Path("memory"))
+
+    assert [m.id for m in model.requests[0].messages] == ["prompt"]
+    assert "carrying on the interrupted turn" in out.getvalue()
+    assert [m.text for m in await session.messages()] == ["find it", "found it"]
+
+
+def piped(tmp_path: Path, server: WireServer, text: str, *args: str) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    command = [sys.executable, "-m", "steerable.cli", "chat", "--store", str(tmp_path / "c.db")]
+    model = ["--model", "openai:m", "--base-url", f"{server.url}/v1", *args]
+    return subprocess.run(
+        [*command, *model],
+        cwd=ROOT,
+        env=env,
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_failed_only_turn_exits_non_zero_in_a_line_or_two(tmp_path: Path) -> None:
+    with WireServer(strict=True) as server:  # it has no answer: a 500 with a detail
+        done = piped(tmp_path, server, "hi\n")
+    assert done.returncode == 1, done.stdout
+    [failed] = [line for line in done.stdout.splitlines() if "[failed]" in line]
+    assert "the test server has no answer left" in failed
+    assert f"{server.url}/v1/chat/completions" in failed
+
+
+def test_no_usage_reported_is_said_and_a_cut_reply_is_flagged(tmp_path: Path) -> None:
+    answers = [chat_stream(["Half an"], finish="length"), chat_stream(["Whole."])]
+    with WireServer(*answers, strict=True) as server:  # strict: no usage is ever sent
+        done = piped(tmp_path, server, "one\ntwo\n")
+    assert done.returncode == 0, done.stderr
+    assert "0 tokens" not in done.stdout
+    assert done.stdout.count("usage not reported") == 2
+    assert "[cut short: the reply hit max_tokens]" in done.stdout
+
+
+def test_the_chat_settings_for_compatible_servers_reach_the_request(tmp_path: Path) -> None:
+    with WireServer(chat_stream(["ok"]), strict=True) as server:
+        tools = ["--tools", "examples.tools.slow:TOOLS"]
+        done = piped(tmp_path, server, "hi\n", "--tool-choice", "auto", "--no-stream", *tools)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok" in done.stdout
+    [body] = server.bodies
+    assert (body["tool_choice"], body["stream"]) == ("auto", False)
+
+
+def test_base_url_help_names_every_openai_api() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "steerable.cli", "chat", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "openai-responses:" in " ".join(done.stdout.split())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -176,3 +177,64 @@ def test_a_line_typed_during_a_tool_call_is_a_steer_and_the_session_resumes(
 async def _stored(database: Path) -> list[Any]:
     async with SQLiteStore(database) as store:
         return list(await store.messages("s1"))
+
+
+def test_killed_during_its_first_tool_call_the_chat_carries_the_turn_on(
+    terminal: Terminal, tmp_path: Path
+) -> None:
+    gate, database, pid = tmp_path / "gate", tmp_path / "chat.db", tmp_path / "pid"
+    call = ("call_1", "inspect_repo", ['{"path": "config"}'])
+    with WireServer(
+        chat_stream(["Let me look."], [call]),
+        chat_stream(["Let me look."], [("call_2", "inspect_repo", ['{"path": "config"}'])]),
+        chat_stream(["It is config.toml."]),
+    ) as server:
+        chat = (
+            f"{sys.executable} -m steerable.cli chat --session s1 --store {database}"
+            f" --model openai:test-model --base-url {server.url}/v1"
+            " --tools tests.cli.gated_tools:TOOLS"
+        )
+        terminal.start(f"sh -c 'echo $$ > {pid}; exec {chat}'")
+        terminal.shows("you>")
+        terminal.type("find the config")
+        terminal.shows("-> inspect_repo(")
+        os.kill(int(pid.read_text()), signal.SIGKILL)
+        terminal.shows("chat exited 137")
+
+        terminal.close()
+        gate.touch()
+        terminal.start(chat)
+        terminal.shows("resumed: 1 messages so far")
+        terminal.shows("carrying on the interrupted turn")
+        terminal.shows("It is config.toml.")
+        terminal.type("/quit")
+        terminal.shows("chat exited 0")
+    assert len(server.requests) == 3
+    first, again = messages(server.bodies[0]), messages(server.bodies[1])
+    assert again == first == [{"role": "user", "content": "find the config"}]
+    stored = asyncio.run(_stored(database))
+    assert [m.text for m in stored][-1] == "It is config.toml."
+    assert not transcript_problems(stored)
+
+
+def test_a_line_typed_while_the_answer_streams_stays_out_of_the_answer(
+    terminal: Terminal, tmp_path: Path
+) -> None:
+    words = "The answer streams in many small pieces, one every little while, to its end."
+    streaming = chat_stream([*[f"{w} " for w in words.split()][:-1], "end."])
+    streaming.pause = 0.15
+    with WireServer(streaming, chat_stream(["Steered."])) as server:
+        terminal.start(
+            f"{sys.executable} -m steerable.cli chat --session s1 --store {tmp_path / 'c.db'}"
+            f" --model openai:test-model --base-url {server.url}/v1"
+        )
+        terminal.shows("you>")
+        terminal.type("go on")
+        terminal.shows("The answer streams")
+        terminal.type("steer me")
+        screen = terminal.shows("Steered.")
+        terminal.type("/quit")
+        terminal.shows("chat exited 0")
+    assert words in screen  # whole, on its line: nothing typed got into it
+    assert "steer> steer me" in screen
+    assert messages(server.bodies[1])[-1] == {"role": "user", "content": "steer me"}
