@@ -43,6 +43,7 @@ from steerable.models._provider import (
     StreamBroken,
     compact_json,
     error_message,
+    one_line,
     retryable_status,
 )
 from steerable.models.base import (
@@ -179,7 +180,9 @@ def _error(exc: anthropic.AnthropicError) -> ProviderError:
     if isinstance(exc, anthropic.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
-        return ProviderError(PROVIDER, f"{exc.message}{detail}", retryable=True)
+        where = f"{exc.request.method} {exc.request.url}"
+        message = one_line(f"{exc.message} {where}{detail}")
+        return ProviderError(PROVIDER, f"{message}; is the server running?", retryable=True)
     return ProviderError(PROVIDER, str(exc))
 
 

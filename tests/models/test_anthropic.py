@@ -254,3 +254,12 @@ async def test_a_reply_cut_by_max_tokens_says_so() -> None:
             whole = await Runner.run(Spec(), "go", m)
     assert (cut.reason, cut.finish_reason) == ("completed", "length")
     assert whole.finish_reason == "stop"
+
+
+async def test_a_connection_error_names_the_url_it_tried() -> None:
+    with WireServer() as server:
+        url = server.url  # closed once the block ends: nothing listens there any more
+    async with AnthropicModel("m", base_url=url, api_key="t", max_retries=0) as m:
+        result = await Runner.run(Spec(), "go", m)
+    assert isinstance(result.error, ProviderError) and result.error.status is None
+    assert f"{url}/v1/messages" in str(result.error)
