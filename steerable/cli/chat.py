@@ -165,8 +165,9 @@ async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
         )
         terminal = PromptTerminal(out) if tty else Terminal(out)
         conversation = Conversation(session, spec, model, terminal)
+        await conversation.greet(model_name, options.store)
         with terminal.reading():
-            await conversation.main(model_name, options.store)
+            await conversation.main()
     return 1 if conversation.last is not None and conversation.last.reason == "failed" else 0
 
 
@@ -195,7 +196,11 @@ class Conversation:
         self.last: Result | None = None  # the last turn's result
         self._line: asyncio.Task[str | None] | None = None
 
-    async def main(self, model_name: str, store: Path) -> None:
+    async def greet(self, model_name: str, store: Path) -> None:
+        """Say what the chat is on, and how far a resumed session got.
+
+        Before the input line is up: a prompt drawn before these lines would stay above them.
+        """
         note = self.terminal.note
         note(f"steerable chat: session {self.session.id!r} in {store}, model {model_name}")
         note("Type while the agent works to steer it; /help for the commands.")
@@ -205,6 +210,11 @@ class Conversation:
             last = next((m for m in reversed(messages) if m.role == "assistant" and m.text), None)
             if last is not None:
                 note(f"  last answer: {short(last.text)}")
+
+    async def main(self) -> None:
+        """Carry on an interrupted turn, then take turns until /quit or the end of input."""
+        note = self.terminal.note
+        messages = await self.session.messages()
         with self._interrupts():
             if (messages and _mid_turn(messages[-1])) or await self.session.steers():
                 note("carrying on the interrupted turn")

@@ -108,7 +108,8 @@ async def test_started_on_a_turn_left_halfway_it_carries_the_turn_on() -> None:
     out = io.StringIO()
     chat = conversation(session, model, out)
     chat.terminal.lines.put_nowait(None)  # then the input ends
-    await chat.main("scripted", Path("memory"))
+    await chat.greet("scripted", Path("memory"))
+    await chat.main()
 
     assert [m.id for m in model.requests[0].messages] == [m.id for m in halfway]
     assert "resumed: 3 messages so far" in out.getvalue()
@@ -143,7 +144,8 @@ async def test_started_on_a_turn_killed_before_its_first_answer_it_carries_the_t
     out = io.StringIO()
     chat = conversation(session, model, out)
     chat.terminal.lines.put_nowait(None)
-    await chat.main("scripted", Path("memory"))
+    await chat.greet("scripted", Path("memory"))
+    await chat.main()
 
     assert [m.id for m in model.requests[0].messages] == ["prompt"]
     assert "carrying on the interrupted turn" in out.getvalue()
