@@ -1,18 +1,29 @@
 """A store in MongoDB, over the ``pymongo.AsyncMongoClient`` the application already has.
 
 Install it with ``pip install 'steerable[mongodb]'`` (pymongo >= 4.10, its native async
-API; MongoDB 4.2 or later, for pipeline updates). The store runs nothing on its own: the
-application calls :func:`create_indexes` where it runs its migrations, then hands over a
-database::
+API; MongoDB 4.2 or later, for pipeline updates). The store runs nothing on its own: its
+schema is :data:`MIGRATIONS`, an ordered list of versioned steps (collections, the unique
+index, document conversions), which the application applies with :func:`migrate` where it
+runs its own migrations, then hands over a database::
 
     client = pymongo.AsyncMongoClient(uri)
-    await create_indexes(client.agents)  # once per database; safe to repeat
+    await migrate(client.agents)  # applies what is missing; safe to repeat, and to race
     store = MongoStore(client.agents)
 
-A store object looks for the index once, before its first write, and until it finds it
-every write raises :class:`~steerable.errors.StoreUnavailable` naming ``create_indexes``:
-without the index, a message id or a steer id that has moved into a chunk would no longer
-be recognised, so a steer sent again could be answered twice. Reads never need it.
+Each version applied is a document of ``steerable_schema``. A store object reads the
+version once, before its first write, and until it is :data:`SCHEMA_VERSION` every write
+raises :class:`~steerable.errors.StoreUnavailable` naming the step to apply (or asking for
+a newer steerable): without step 2's unique index, a message id or a steer id that has
+moved into a chunk would no longer be recognised, so a steer sent again could be answered
+twice. Reads never need it. :meth:`MongoStore.check_schema` (the
+:class:`steerable.stores.migrations.SchemaVersioned` ability) checks at start-up.
+
+Upgrading: a database set up with ``create_indexes`` (the releases before the migrations)
+has the layout of version 2 and records nothing; :func:`migrate` finds its collections and
+index made and records versions 1 and 2. A database of layout 1 (heads without ``s`` that
+keep every id in ``ids``) is converted by step 2: each chunk below a head's ``base`` gets
+its id list, then the head gets ``s``, an empty ``k`` and ``mv`` and loses ``ids``. Stop
+the writers of the older steerable before running it.
 
 Documents
 ---------
@@ -98,7 +109,7 @@ the collection instead of 1 KB a message) keeps that scan small.
 
 Command count, when nobody steers and nothing is big: ``save`` (with ``take``),
 ``take_steers``, ``steer`` and ``steers`` are one command each; ``messages`` is one, or
-two once chunks exist. A store object's first write adds one ``listIndexes``. A message
+two once chunks exist. A store object's first write adds one ``find`` (the version). A message
 over 64 KiB adds one insert; every ~32 KiB of transcript adds a flush of four commands
 (about 0.27 a step at 2 KB a step); a save that does not match adds one or two reads to
 say why (:class:`~steerable.errors.TranscriptConflict` or
@@ -115,28 +126,36 @@ Trade-offs
 - A lost connection mid-save raises :class:`~steerable.errors.StoreUnavailable`; the save
   may have been stored. Load the transcript to learn which; a retry at the same position
   is a TranscriptConflict if it was.
-- An index dropped after a store object has seen it is not noticed by that object.
-- Schema version 2; version 1 databases (no ``s`` in heads, every id in the head) are not
-  read: start from new collections.
+- An index dropped after a store object has seen the latest version is not noticed by
+  that object.
 - Read from the primary (the default): the store reads what it has just written.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from steerable._extras import missing_extra
+
 try:
     import pymongo
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
-    raise ImportError(
-        f"steerable.stores.mongodb needs pymongo >= 4.10 ({exc}): pip install 'steerable[mongodb]'"
-    ) from None
+    raise missing_extra("steerable.stores.mongodb", "mongodb", "pymongo >= 4.10", exc) from None
 
 if pymongo.version_tuple < (4, 10):  # pragma: no cover - the extra asks for 4.10
-    raise ImportError(
-        f"steerable.stores.mongodb needs pymongo >= 4.10, not {pymongo.version}:"
-        " pip install 'steerable[mongodb]'"
+    raise missing_extra(
+        "steerable.stores.mongodb", "mongodb", "pymongo >= 4.10", f"{pymongo.version} is installed"
     )
 
-from steerable.stores.mongodb._layout import COLLECTIONS, SCHEMA_VERSION, create_indexes
+from pymongo.asynchronous.database import AsyncDatabase
+
+from steerable.stores.mongodb._layout import COLLECTIONS
+from steerable.stores.mongodb._migrate import MIGRATIONS, SCHEMA_VERSION, migrate
 from steerable.stores.mongodb._store import MongoStore
 
-__all__ = ["COLLECTIONS", "SCHEMA_VERSION", "MongoStore", "create_indexes"]
+__all__ = ["COLLECTIONS", "MIGRATIONS", "SCHEMA_VERSION", "MongoStore", "migrate"]
+
+
+async def create_indexes(db: AsyncDatabase[Any]) -> None:
+    """The name :func:`migrate` had before the migrations; kept while its callers move."""
+    await migrate(db)

@@ -6,15 +6,10 @@ because the head document is rewritten by every save.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bson import ObjectId
-from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import OperationFailure
-
-SCHEMA_VERSION: Final = 2
 
 SESSIONS: Final = "steerable_sessions"  # heads (_id the session), id lists (_id {s, p})
 CHUNKS: Final = "steerable_chunks"  # flushed runs of the transcript, _id {s, p}
@@ -30,7 +25,6 @@ FLUSH_BYTES: Final = 32 * 1024  # a tail this big is moved to a chunk after the 
 PIECE_CHARS: Final = 2 * 1024 * 1024  # a blob piece: at most 8 MiB of UTF-8
 _ENTRY_OVERHEAD: Final = 24  # BSON framing of one tail entry, roughly
 _MAX_INT32: Final = 2**31 - 1
-_NAMESPACE_EXISTS: Final = 48
 
 Entry = dict[str, Any]
 """One stored message: ``{"i": id, "b": body, "z": size}``, or ``"r": [blob ids]`` for ``b``.
@@ -210,32 +204,3 @@ def chunk_range(session: str, end: int) -> dict[str, Any]:
     is a string) falls inside it.
     """
     return {"_id": {"$gte": {"s": session, "p": 0}, "$lt": {"s": session, "p": end}}}
-
-
-def has_ids_index(indexes: Mapping[str, Any]) -> bool:
-    """Whether ``index_information()`` shows the unique ``(s, k)`` index, under any name."""
-    for spec in indexes.values():
-        key = tuple((str(name), int(order)) for name, order in spec.get("key", ()))
-        if key == IDS_KEY and spec.get("unique"):
-            return True
-    return False
-
-
-async def create_indexes(db: AsyncDatabase[Any]) -> None:
-    """Create the store's collections and its unique index in ``db``; idempotent.
-
-    The store never calls it, and refuses to write (StoreUnavailable) until it has run:
-    without the unique ``(s, k)`` index a message id, or a steer id sent again, that has
-    moved into a chunk would no longer be recognised. Run it where you run your migrations.
-    Version 1 heads have no ``s`` and are not read by this version: start from new
-    collections (or drop the old ones).
-    """
-    existing = set(await db.list_collection_names())
-    for name in COLLECTIONS:
-        if name not in existing:
-            try:
-                await db.create_collection(name, check_exists=False)
-            except OperationFailure as exc:
-                if exc.code != _NAMESPACE_EXISTS:  # created meanwhile: what we wanted
-                    raise
-    await db[SESSIONS].create_index(list(IDS_KEY), unique=True, name=IDS_INDEX)

@@ -2,49 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from typing import Any
 
 from bson import ObjectId
 from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, PyMongoError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from steerable import codec
 from steerable.errors import (
     CorruptRecord,
     InvalidMessage,
     StoreError,
-    StoreUnavailable,
     TranscriptConflict,
+    UsageError,
 )
 from steerable.messages import Message
-from steerable.store import Steer, check_save, check_session_id, check_steer
+from steerable.store import Steer
+from steerable.stores.migrations import refusal
 from steerable.stores.mongodb import _layout as layout
+from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Entry, Staged
+from steerable.stores.mongodb._migrate import APPLY, MIGRATIONS, schema_version
 
-_TOO_LARGE = {10334, 17419, 17420}  # mongod's codes for a document over 16 MiB
 _RACE_RETRIES = 5
-
-
-@contextmanager
-def _reaching(what: str) -> Iterator[None]:
-    """Turn the driver's failures into steerable's store errors, saying what was being done."""
-    try:
-        yield
-    except ConnectionFailure as exc:
-        raise StoreUnavailable(f"MongoDB cannot be reached to {what}: {exc}") from exc
-    except OperationFailure as exc:
-        if exc.code in _TOO_LARGE:
-            raise StoreError(
-                f"cannot {what}: the session's head document would pass MongoDB's 16 MiB limit"
-                f" (too many steers waiting): {exc}"
-            ) from exc
-        raise StoreUnavailable(f"MongoDB refused to {what}: {exc}") from exc
-    except PyMongoError as exc:
-        raise StoreUnavailable(f"MongoDB failed to {what}: {exc}") from exc
 
 
 class MongoStore:
@@ -52,12 +36,16 @@ class MongoStore:
 
     ``db`` is a database of the application's ``pymongo.AsyncMongoClient``: its pool,
     timeouts and write concern are the application's choice. Keep the default primary read
-    preference: the store reads what it just wrote.
+    preference: the store reads what it just wrote. The database must hold
+    :data:`steerable.stores.mongodb.MIGRATIONS`, applied with
+    :func:`steerable.stores.mongodb.migrate`: a store object reads the version recorded
+    once, before its first write, and writes nothing until it is the latest. Arguments are
+    trusted to be typed as annotated (the front door, :class:`steerable.Session`, checks).
     """
 
     def __init__(self, db: AsyncDatabase[Any]) -> None:
         if not isinstance(db, AsyncDatabase):
-            raise TypeError(
+            raise UsageError(
                 "MongoStore takes a pymongo AsyncDatabase (pymongo.AsyncMongoClient()[name]),"
                 f" not {type(db).__name__}"
             )
@@ -65,13 +53,12 @@ class MongoStore:
         self._heads: AsyncCollection[Any] = db[layout.SESSIONS]  # heads and id lists
         self._chunks: AsyncCollection[Any] = db[layout.CHUNKS]
         self._blobs: AsyncCollection[Any] = db[layout.BLOBS]
-        self._indexed = False  # the unique index was seen by this store object
+        self._migrated = False  # this store object has seen the latest version recorded
 
     # -- reading ---------------------------------------------------------------------------
 
     async def messages(self, session: str) -> list[Message]:
-        check_session_id(session)
-        with _reaching(f"read session {session!r}"):
+        with reaching(f"read session {session!r}"):
             head = await self._heads.find_one({"_id": session}, {"n": 1, "base": 1, "tail": 1})
             if head is None:
                 return []
@@ -124,8 +111,7 @@ class MongoStore:
         return bodies
 
     async def steers(self, session: str) -> list[Steer]:
-        check_session_id(session)
-        with _reaching(f"read the steers of session {session!r}"):
+        with reaching(f"read the steers of session {session!r}"):
             head = await self._heads.find_one({"_id": session}, {"box": 1})
             box: list[Entry] = head["box"] if head else []
             bodies = await self._bodies(box)
@@ -140,12 +126,11 @@ class MongoStore:
     # -- writing ---------------------------------------------------------------------------
 
     async def steer(self, session: str, steer: Steer) -> None:
-        check_steer(session, steer)
         staged = layout.stage(session, [(steer.id, codec.encode(steer.message()))])
         unseen = layout.steer_filter(session, steer.id)
         update = layout.steer_update(session, staged.entries[0])
-        with _reaching(f"leave a steer for session {session!r}"):
-            await self._check_index()
+        with reaching(f"leave a steer for session {session!r}"):
+            await self._check_migrated()
             await self._write_blobs(staged)
             left = False
             for upsert in (True, False):
@@ -162,7 +147,6 @@ class MongoStore:
     async def save(
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
-        check_save(session, messages, at, take)
         ids = [m.id for m in messages]
         if len(set(ids)) != len(ids):
             raise InvalidMessage(f"session {session!r}: one message id appears twice in a save")
@@ -170,18 +154,17 @@ class MongoStore:
         return await self._append(session, staged, ids, at, take)
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
-        check_save(session, (), at, limit)
         return await self._append(session, Staged(), [], at, limit)
 
     async def _append(
         self, session: str, staged: Staged, ids: list[str], at: int | None, take: int
     ) -> list[Message]:
         """Write the blobs, then commit everything with one conditional findAndModify."""
-        with _reaching(f"save session {session!r}"):
+        with reaching(f"save session {session!r}"):
             if not staged.entries and not take:
                 await self._check_position(session, ids, at)
                 return []
-            await self._check_index()
+            await self._check_migrated()
             await self._write_blobs(staged)
             try:
                 head = await self._commit(session, staged, ids, at, take)
@@ -276,8 +259,16 @@ class MongoStore:
                 return  # another flusher got there first
             base, moved = int(head["base"]), int(head["mv"])
             entries = head["tail"][:moved]
-            with suppress(DuplicateKeyError):  # a flusher, maybe a dead one, wrote it first
-                await self._chunks.insert_one(layout.chunk(session, base, entries))
+            chunk = layout.chunk(session, base, entries)
+            try:
+                await self._chunks.insert_one(chunk)
+            except DuplicateKeyError:
+                # A flusher of this mark, maybe a dead one, wrote the same chunk first. One
+                # that ends elsewhere is a layout-1 flush cut off before its commit (its
+                # entries are still in the tail): this flush's chunk takes its place.
+                await self._chunks.replace_one(
+                    {"_id": chunk["_id"], "e": {"$ne": chunk["e"]}}, chunk
+                )
             ids = layout.id_list(session, base, entries)
             try:
                 await self._heads.insert_one(ids)
@@ -290,17 +281,30 @@ class MongoStore:
                 {"_id": session, "base": base, "mv": moved}, layout.commit_pipeline(moved)
             )
 
-    async def _check_index(self) -> None:
-        """StoreUnavailable until the unique index of :func:`create_indexes` is seen, once."""
-        if self._indexed:
-            return
-        if not layout.has_ids_index(await self._heads.index_information()):
-            raise StoreUnavailable(
-                f"the MongoDB store needs its unique index on {layout.SESSIONS!r}: call"
-                " `await steerable.stores.mongodb.create_indexes(db)` once (where you run your"
-                " migrations) before writing"
-            )
-        self._indexed = True
+    async def schema_version(self) -> int:
+        """The highest migration the database has applied; 0 when it has none."""
+        with reaching("read the steerable schema version"):
+            return await schema_version(self.db)
+
+    async def check_schema(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the database has this steerable's schema.
+
+        Older, it names the migration step to apply; newer, it asks for a newer steerable.
+        """
+        error = refusal(await self.schema_version(), MIGRATIONS, store="MongoDB", apply=APPLY)
+        if error is not None:
+            raise error
+
+    async def _check_migrated(self) -> None:
+        """:meth:`check_schema`, once per store object, before its first write.
+
+        Without the unique index of step 2 a message id, or a steer id sent again, that has
+        moved into a chunk would no longer be recognised; a layout-1 head would be written
+        as if it were a layout-2 one.
+        """
+        if not self._migrated:
+            await self.check_schema()
+            self._migrated = True
 
     async def _write_blobs(self, staged: Staged) -> None:
         if staged.blobs:

@@ -20,7 +20,7 @@ from typing import Any
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.errors import PyMongoError
 
-from steerable.stores.mongodb import MongoStore, create_indexes
+from steerable.stores.mongodb import MongoStore, migrate
 
 URI_VARIABLE = "STEERABLE_TEST_MONGODB_URI"
 
@@ -111,7 +111,7 @@ async def open_store(database: str, **client_options: Any) -> AsyncIterator[Mong
         os.environ[URI_VARIABLE], **client_options
     )
     try:
-        await create_indexes(client[database])  # what the application runs once
+        await migrate(client[database])  # what the application runs when it deploys
         yield MongoStore(client[database])
     finally:
         await client.close()

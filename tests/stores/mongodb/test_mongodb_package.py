@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from steerable.errors import UsageError
 from steerable.stores.mongodb import MongoStore
 from tests.stores.mongodb._server import sync_client
 
@@ -15,6 +16,7 @@ def test_without_pymongo_the_import_names_the_extra() -> None:
     code = "import sys; sys.modules['pymongo'] = None; import steerable.stores.mongodb"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode != 0
+    assert "steerable.stores.mongodb needs pymongo >= 4.10 (" in done.stderr
     assert "pip install 'steerable[mongodb]'" in done.stderr
 
 
@@ -27,7 +29,7 @@ def test_the_core_does_not_import_pymongo() -> None:
 def test_a_sync_database_is_refused_clearly() -> None:
     with (
         sync_client("mongodb://127.0.0.1:1", connect=False) as client,
-        pytest.raises(TypeError, match="AsyncDatabase"),
+        pytest.raises(UsageError, match="AsyncDatabase"),
     ):
         MongoStore(client["db"])  # type: ignore[arg-type]
 
@@ -37,7 +39,8 @@ def test_the_exported_names() -> None:
 
     assert sorted(package.__all__) == [
         "COLLECTIONS",
+        "MIGRATIONS",
         "MongoStore",
         "SCHEMA_VERSION",
-        "create_indexes",
+        "migrate",
     ]

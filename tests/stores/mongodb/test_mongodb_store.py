@@ -2,7 +2,7 @@
 
 Two writers, all-or-nothing under SIGKILL at every command of a save and of its flush, the
 server going away and coming back, one command per save-and-take step, and ids refused
-across the whole transcript by the unique index.
+across the whole transcript by the unique index. The migrations: test_mongodb_migrations.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pymongo import AsyncMongoClient, monitoring
 from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict
 from steerable.messages import Message, ToolCall, ToolResult, assistant, new_id, user
 from steerable.store import Steer
-from steerable.stores.mongodb import COLLECTIONS, MongoStore, create_indexes
+from steerable.stores.mongodb import MongoStore, migrate
 from tests.stores.mongodb._server import (
     URI_VARIABLE,
     SecantusServer,
@@ -104,8 +104,8 @@ STEERS = ("k-1", "k-2", "k-3")
 PRIOR = 4  # messages stored (and flushed to a chunk) before the save that is killed
 # the save: a blob, the findAndModify, then a flush (mark, chunk, id list, commit)
 SAVE_COMMANDS = ["insert", "findAndModify", "findAndModify", "insert", "insert", "update"]
-# a new store object looks for the unique index once, before its first write
-KILLED_COMMANDS = ["listIndexes", *SAVE_COMMANDS]
+# a new store object reads the schema version once, before its first write
+KILLED_COMMANDS = ["find", *SAVE_COMMANDS]
 COMMIT = KILLED_COMMANDS.index("findAndModify")
 
 
@@ -232,7 +232,7 @@ async def _server_goes_away_and_comes_back(server: SecantusServer) -> None:
         server.uri, serverSelectionTimeoutMS=400
     )
     try:
-        await create_indexes(client[DATABASE])
+        await migrate(client[DATABASE])
         store = MongoStore(client[DATABASE])
         await store.save(sid, [user("x" * 70_000), user("y" * 60_000)], at=0)  # a blob
         await store.save(sid, [user(f"{i}" * 50_000) for i in range(6)], at=2)  # a flush
@@ -312,7 +312,7 @@ async def test_a_step_nobody_steers_is_one_command() -> None:
     async with store_in_test_db(event_listeners=[commands]) as store:
         with commands.recording() as sent:
             await store.save(sid, [user("go")], at=0, take=16)
-        assert sent == ["listIndexes", "findAndModify"]  # the index is looked for once
+        assert sent == ["find", "findAndModify"]  # the schema version is read once
         at, total, flushes = 1, 0, 0
         for step in range(steps):
             with commands.recording() as sent:
@@ -409,39 +409,3 @@ async def test_ids_already_flushed_are_still_refused_and_steers_still_known() ->
         taken = await store.take_steers(sid, at=11, limit=16)
         assert [m.id for m in taken] == ["s-2"]
         assert len(await store.messages(sid)) == 12
-
-
-async def test_without_the_unique_index_nothing_is_written() -> None:
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(os.environ[URI_VARIABLE])
-    try:
-        db = client[f"steerable_noindex_{uuid.uuid4().hex[:8]}"]
-        store = MongoStore(db)
-        assert await store.messages("s") == [] and await store.steers("s") == []
-        for call in (
-            lambda: store.save("s", [user("x")], at=0),
-            lambda: store.steer("s", Steer("x")),
-            lambda: store.take_steers("s", at=None, limit=1),
-        ):
-            with pytest.raises(StoreUnavailable, match="create_indexes"):
-                await call()
-        assert await db["steerable_sessions"].count_documents({}) == 0
-        await create_indexes(db)
-        await store.save("s", [user("x")], at=0)  # the same store object, now it may
-        assert [m.text for m in await store.messages("s")] == ["x"]
-        await client.drop_database(db.name)
-    finally:
-        await client.close()
-
-
-async def test_create_indexes_makes_the_collections_and_may_run_twice() -> None:
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(os.environ[URI_VARIABLE])
-    try:
-        db = client[f"steerable_schema_{uuid.uuid4().hex[:8]}"]
-        await create_indexes(db)
-        await create_indexes(db)
-        assert set(COLLECTIONS) <= set(await db.list_collection_names())
-        ids_index = (await db["steerable_sessions"].index_information())["steerable_session_ids"]
-        assert ids_index["key"] == [("s", 1), ("k", 1)] and ids_index["unique"]
-        await client.drop_database(db.name)
-    finally:
-        await client.close()
