@@ -174,23 +174,21 @@ async def close_mysql_pool(pool: Any) -> None:
 
 
 async def steerable_postgres(pool: Any) -> Any:
-    """steerable's Postgres store on ``pool``, its schema applied first."""
+    """steerable's Postgres store on ``pool``, its migrations applied first."""
     postgres = store_module("postgres")
-    await pool.execute(postgres.SCHEMA)
+    await postgres.migrate(pool)
     return postgres.PostgresStore(pool)
 
 
 async def steerable_mysql(pool: Any) -> Any:
-    """steerable's MySQL store on ``pool``, its schema applied first."""
+    """steerable's MySQL store on ``pool``, its migrations applied first."""
     mysql = store_module("mysql")
-    async with pool.acquire() as conn, conn.cursor() as cursor:
-        for statement in mysql.SCHEMA:
-            await cursor.execute(statement)
+    await mysql.migrate(pool)
     return mysql.MySQLStore(pool)
 
 
 async def steerable_mongodb(db: Any) -> Any:
-    """steerable's MongoDB store on the pymongo ``AsyncDatabase`` ``db``, its indexes made first."""
+    """steerable's MongoDB store on the pymongo ``AsyncDatabase`` ``db``, migrated first."""
     mongodb = store_module("mongodb")
-    await mongodb.create_indexes(db)
+    await mongodb.migrate(db)
     return mongodb.MongoStore(db)
