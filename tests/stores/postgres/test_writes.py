@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from steerable.errors import CorruptRecord, StoreUnavailable, TranscriptConflict
+from steerable.errors import CorruptRecord, StoreUnavailable, TranscriptConflict, UsageError
 from steerable.messages import assistant, new_id, user
 from steerable.store import Steer
 from steerable.stores.postgres import PostgresStore, migrate
@@ -211,3 +211,19 @@ async def test_a_corrupted_row_is_a_corrupt_record(store: PostgresStore) -> None
         await store.messages(sid)
     with pytest.raises(CorruptRecord, match="steer 's'"):
         await store.steers(sid)
+
+
+async def test_an_id_holding_nul_is_a_usage_error_and_nothing_is_written(
+    store: PostgresStore,
+) -> None:
+    # A Postgres text value cannot hold NUL: a limit of the id columns, not an outage.
+    sid = _sid()
+    await store.save(sid, [user("kept")], at=0)
+    with pytest.raises(UsageError, match="cannot hold NUL"):
+        await store.save(sid, [user("x", id="a\x00b")], at=1)
+    with pytest.raises(UsageError, match="cannot hold NUL"):
+        await store.steer(sid, Steer("x", "s\x00"))
+    with pytest.raises(UsageError, match="cannot hold NUL"):
+        await store.messages("s\x00")
+    assert [m.text for m in await store.messages(sid)] == ["kept"]
+    assert await store.steers(sid) == []
