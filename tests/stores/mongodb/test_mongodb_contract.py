@@ -1,6 +1,6 @@
 """The MongoDB store keeps the whole store contract, on a SecantusDB server.
 
-The lifespan makes the indexes once (what an application runs when it deploys) and drops
+The lifespan migrates the database once (what an application runs when it deploys) and drops
 the database at the end. Its hooks: a head document damaged behind the store's back, a
 relay in front of the server that the test cuts, and the race for one position held by
 a transaction that has written the session's head: a write outside it waits until it
@@ -23,7 +23,7 @@ import pytest
 from pymongo import AsyncMongoClient
 
 from steerable.store import Store
-from steerable.stores.mongodb import MongoStore, create_indexes
+from steerable.stores.mongodb import MongoStore, migrate
 from steerable.testing import OpenStore, StoreContract
 from tests.stores.mongodb._server import URI_VARIABLE
 from tests.stores.relay import Relay, RelayLine
@@ -51,7 +51,7 @@ async def open_store(database: str) -> AsyncIterator[MongoStore]:
 async def _database() -> AsyncIterator[str]:
     client = _client()
     try:
-        await create_indexes(client[DATABASE])
+        await migrate(client[DATABASE])
         yield DATABASE
         await client.drop_database(DATABASE)
     finally:
