@@ -1,18 +1,15 @@
-"""What the MySQL store adds to the contract: ids, the stored form, pools, the driver."""
+"""What the MySQL store adds to the contract: ids, the stored form, pools.
+
+The conflict, the corrupt row and the driver boundary are the suite's (test_contract.py,
+tests/stores/test_packages.py); the migrations are test_migrations.py.
+"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-import steerable
 from steerable import codec
 from steerable.errors import (
-    CorruptRecord,
     InvalidMessage,
     TranscriptConflict,
     UsageError,
@@ -25,35 +22,6 @@ from tests.stores.mysql import server
 
 def _sid() -> str:
     return f"mysql-{new_id()}"
-
-
-async def test_a_save_that_does_not_extend_the_transcript_is_rejected(store: MySQLStore) -> None:
-    sid = _sid()
-    async with server.open_store(server.DATABASE) as other:
-        await store.save(sid, [user("a"), user("b")], at=0)
-        await store.steer(sid, Steer("waiting", "s-1"))
-        # the other writer last saw one message; then one it has not seen yet: both stale
-        for at in (1, 3):
-            with pytest.raises(TranscriptConflict) as caught:
-                await other.save(sid, [user("late")], at=at, take=16)
-            assert (caught.value.expected, caught.value.stored) == (at, 2)
-        assert [m.text for m in await store.messages(sid)] == ["a", "b"]
-        assert [s.id for s in await store.steers(sid)] == ["s-1"]
-        # having reloaded, it extends what is stored
-        assert [m.id for m in await other.save(sid, [user("c")], at=2, take=16)] == ["s-1"]
-    assert [m.text for m in await store.messages(sid)] == ["a", "b", "c", "waiting"]
-
-
-async def test_ids_that_differ_only_by_trailing_spaces_are_distinct(store: MySQLStore) -> None:
-    # utf8mb4_bin pads with spaces: "x" and "x " would be one key; the ids are VARBINARY
-    sid = _sid()
-    await store.save(sid, [user("1", id="x"), user("2", id="x ")], at=0)
-    await store.save(sid + " ", [user("other session", id="x")], at=0)
-    await store.steer(sid, Steer("s", "s"))
-    await store.steer(sid, Steer("s with a space", "s "))
-    assert [m.id for m in await store.messages(sid)] == ["x", "x "]
-    assert [m.text for m in await store.messages(sid + " ")] == ["other session"]
-    assert [s.id for s in await store.steers(sid)] == ["s", "s "]
 
 
 async def test_the_stored_body_is_the_codec_text_in_a_text_column(store: MySQLStore) -> None:
@@ -71,18 +39,6 @@ async def test_the_stored_body_is_the_codec_text_in_a_text_column(store: MySQLSt
         (server.DATABASE,),
     )
     assert {t for _, t in types} == {"longtext"}
-
-
-async def test_a_corrupted_row_is_a_corrupt_record(store: MySQLStore) -> None:
-    sid = _sid()
-    await store.save(sid, [user("fine")], at=0)
-    await store.steer(sid, Steer("fine too"))
-    await server.query("UPDATE steerable_messages SET body = '{\"v\":1' WHERE session = %s", (sid,))
-    await server.query("UPDATE steerable_steers SET body = 'garbage' WHERE session = %s", (sid,))
-    with pytest.raises(CorruptRecord, match="position 0"):
-        await store.messages(sid)
-    with pytest.raises(CorruptRecord):
-        await store.steers(sid)
 
 
 async def test_reads_are_current_on_a_pool_without_autocommit() -> None:
@@ -140,25 +96,3 @@ async def test_positions_and_limits_past_the_column_types(store: MySQLStore) -> 
     with pytest.raises(TranscriptConflict):
         await store.save(sid, [user("a")], at=2**70)
     assert len(await store.take_steers(sid, at=0, limit=2**70)) == 1
-
-
-def _python(code: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(Path(steerable.__file__).parents[1])}
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
-    )
-
-
-def test_without_aiomysql_the_import_names_the_extra() -> None:
-    run = _python("import sys; sys.modules['aiomysql'] = None; import steerable.stores.mysql")
-    assert run.returncode != 0
-    assert "ImportError: steerable.stores.mysql needs aiomysql (" in run.stderr
-    assert "pip install 'steerable[mysql]'" in run.stderr
-
-
-def test_the_core_does_not_load_the_driver() -> None:
-    run = _python(
-        "import sys, steerable, steerable.store, steerable.stores, steerable.testing\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiomysql', 'pymysql')))"
-    )
-    assert run.stdout.strip() == "[]", run.stderr

@@ -10,11 +10,10 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from steerable.errors import StoreUnavailable
-from steerable.messages import assistant, new_id, user
+from steerable.messages import new_id, user
 from steerable.store import Steer
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import DSN, create_pool, server_address
-from tests.stores.postgres.wire import Wire
+from tests.stores.postgres.support import DSN, create_pool
 
 
 def _verbs(store: PostgresStore, sid: str) -> list[Callable[[], Awaitable[object]]]:
@@ -51,30 +50,6 @@ async def test_a_closed_pool_is_store_unavailable(database: str) -> None:
     for verb in _verbs(PostgresStore(pool), f"pg-{new_id()}"):
         with pytest.raises(StoreUnavailable, match="pool is closed"):
             await verb()
-
-
-async def test_the_server_going_away_loses_nothing(database: str) -> None:
-    wire = Wire(*server_address())
-    await wire.start()
-    pool = await create_pool(database, host="127.0.0.1", port=wire.port)
-    sid = f"pg-{new_id()}"
-    try:
-        store = PostgresStore(pool)
-        before = [user("prompt"), assistant("answer")]
-        await store.save(sid, before, at=0)
-        await store.steer(sid, Steer("waiting", "w"))
-        await wire.stop()  # every connection drops, and nothing listens any more
-        for verb in _verbs(store, sid):
-            with pytest.raises(StoreUnavailable):
-                await verb()
-        await wire.start()  # back, on the same port
-        assert await store.messages(sid) == before
-        assert [s.id for s in await store.steers(sid)] == ["w"]
-        taken = await store.save(sid, [user("again")], at=2, take=16)
-        assert [m.id for m in taken] == ["w"]
-    finally:
-        await pool.close()
-        await wire.stop()
 
 
 async def test_terminated_connections_fail_cleanly_and_the_pool_recovers(

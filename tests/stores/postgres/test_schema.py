@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -151,25 +149,3 @@ async def test_a_database_of_the_old_schema_script_is_at_version_1(empty_schema:
 def test_the_store_takes_a_pool_not_a_dsn() -> None:
     with pytest.raises(UsageError, match="asyncpg pool"):
         PostgresStore("postgresql://localhost/db")  # type: ignore[arg-type]
-
-
-def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def test_without_asyncpg_the_import_names_the_extra() -> None:
-    result = _python(
-        "import sys; sys.modules['asyncpg'] = None\n"
-        "import steerable, steerable.stores\n"
-        "try:\n    import steerable.stores.postgres\n"
-        "except ImportError as exc:\n    print(exc)\n"
-    )
-    assert result.stdout.startswith("steerable.stores.postgres needs asyncpg ("), result.stderr
-    assert "pip install 'steerable[postgres]'" in result.stdout, result.stderr
-
-
-def test_importing_steerable_loads_no_postgres_driver() -> None:
-    result = _python("import sys, steerable, steerable.stores; print('asyncpg' in sys.modules)")
-    assert result.stdout.strip() == "False", result.stderr

@@ -8,7 +8,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
-from steerable.errors import CorruptRecord, StoreUnavailable, TranscriptConflict, UsageError
+from steerable.errors import StoreUnavailable, TranscriptConflict, UsageError
 from steerable.messages import assistant, new_id, user
 from steerable.store import Steer
 from steerable.stores.postgres import PostgresStore, migrate
@@ -18,77 +18,6 @@ from tests.stores.postgres.wire import Wire
 
 def _sid() -> str:
     return f"pg-{new_id()}"
-
-
-async def test_a_save_that_does_not_extend_the_transcript_changes_nothing(
-    store: PostgresStore,
-) -> None:
-    sid = _sid()
-    base = [user("a"), assistant("b"), user("c")]
-    await store.save(sid, base, at=0)
-    await store.steer(sid, Steer("waiting 1", "w1"))
-    await store.steer(sid, Steer("waiting 2", "w2"))
-    for at in (0, 2, 4, 10):  # behind the store, and past its end (a gap)
-        with pytest.raises(TranscriptConflict) as caught:
-            await store.save(sid, [user("late")], at=at, take=16)
-        assert (caught.value.expected, caught.value.stored) == (at, 3)
-        with pytest.raises(TranscriptConflict):
-            await store.take_steers(sid, at=at, limit=16)
-    assert await store.messages(sid) == base
-    assert [s.id for s in await store.steers(sid)] == ["w1", "w2"]
-
-
-async def test_a_replica_redoing_a_step_with_the_same_messages_conflicts(database: str) -> None:
-    # Both replicas save the very same messages (same ids) at one position, at once: one
-    # wins, the other learns of a conflict, never of a duplicate message id.
-    first, second = await create_pool(database), await create_pool(database)
-    try:
-        a, b = PostgresStore(first), PostgresStore(second)
-        for _ in range(20):
-            sid = _sid()
-            prompt = user("prompt")
-            await a.save(sid, [prompt], at=0)
-            step = [assistant("answer"), user("more")]
-            results = await asyncio.gather(
-                a.save(sid, step, at=1), b.save(sid, step, at=1), return_exceptions=True
-            )
-            assert sorted(type(r).__name__ for r in results) == ["TranscriptConflict", "list"]
-            assert await a.messages(sid) == [prompt, *step]
-    finally:
-        await first.close()
-        await second.close()
-
-
-async def test_replicas_saving_and_taking_at_once_record_each_steer_once_in_order(
-    database: str,
-) -> None:
-    # Two replicas (two pools) run steps on one session: each step saves an assistant
-    # message where it thinks the transcript ends and takes steers; on a conflict it reloads.
-    sid, ids = _sid(), [f"s{i:03d}" for i in range(60)]
-    pools = [await create_pool(database), await create_pool(database)]
-    try:
-        stores = [PostgresStore(p) for p in pools]
-        await stores[0].save(sid, [user("go")], at=0)
-
-        async def produce() -> None:
-            for i in ids:
-                await stores[0].steer(sid, Steer(i, i))
-
-        async def replica(store: PostgresStore, producer: asyncio.Task[None]) -> None:
-            while not producer.done() or await store.steers(sid):
-                at = len(await store.messages(sid))
-                try:
-                    await store.save(sid, [assistant("step")], at=at, take=2)
-                except TranscriptConflict:
-                    await asyncio.sleep(0)
-
-        producer = asyncio.create_task(produce())
-        await asyncio.gather(*(replica(s, producer) for s in stores for _ in range(4)))
-        steered = [m.id for m in await stores[0].messages(sid) if m.steered]
-    finally:
-        for pool in pools:
-            await pool.close()
-    assert steered == ids
 
 
 async def test_a_redo_conflicts_even_when_the_id_key_is_checked_first(
@@ -197,20 +126,6 @@ async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) 
         await pool.close()
         await wire.stop()
     assert stored == [prompt, *step, steer.message()]
-
-
-async def test_a_corrupted_row_is_a_corrupt_record(store: PostgresStore) -> None:
-    sid = _sid()
-    await store.pool.execute(
-        "INSERT INTO steerable_messages VALUES ($1, 0, 'm', '{\"v\":1,\"role\":')", sid
-    )
-    await store.pool.execute(
-        "INSERT INTO steerable_steers (session, id, body) VALUES ($1, 's', 'x')", sid
-    )
-    with pytest.raises(CorruptRecord, match=f"session {sid!r}, position 0"):
-        await store.messages(sid)
-    with pytest.raises(CorruptRecord, match="steer 's'"):
-        await store.steers(sid)
 
 
 async def test_an_id_holding_nul_is_a_usage_error_and_nothing_is_written(
