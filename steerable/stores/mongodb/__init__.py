@@ -133,8 +133,6 @@ Trade-offs
 
 from __future__ import annotations
 
-from typing import Any
-
 from steerable._extras import missing_extra
 
 try:
@@ -147,15 +145,8 @@ if pymongo.version_tuple < (4, 10):  # pragma: no cover - the extra asks for 4.1
         "steerable.stores.mongodb", "mongodb", "pymongo >= 4.10", f"{pymongo.version} is installed"
     )
 
-from pymongo.asynchronous.database import AsyncDatabase
-
 from steerable.stores.mongodb._layout import COLLECTIONS
 from steerable.stores.mongodb._migrate import MIGRATIONS, SCHEMA_VERSION, migrate
 from steerable.stores.mongodb._store import MongoStore
 
 __all__ = ["COLLECTIONS", "MIGRATIONS", "SCHEMA_VERSION", "MongoStore", "migrate"]
-
-
-async def create_indexes(db: AsyncDatabase[Any]) -> None:
-    """The name :func:`migrate` had before the migrations; kept while its callers move."""
-    await migrate(db)
