@@ -284,9 +284,12 @@ class ReAct:
         if len(calls) == 1:  # in the run's own task: a stop cancels it there
             await self._call_tool(0, calls[0])
             return
-        async with asyncio.TaskGroup() as group:
-            for index, call in enumerate(calls):
-                group.create_task(self._call_tool(index, call))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for index, call in enumerate(calls):
+                    group.create_task(self._call_tool(index, call))
+        except ExceptionGroup as failed:  # a sink raised: the run fails with its error
+            raise failed.exceptions[0] from failed
 
     async def _call_tool(self, index: int, call: ToolCall) -> None:
         await self._emit(ToolStarted(call))

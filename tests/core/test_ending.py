@@ -15,7 +15,7 @@ from steerable import (
     open_session,
     transcript_problems,
 )
-from steerable.events import Ended, Event
+from steerable.events import Ended, Event, ToolEnded
 from steerable.models.scripted import call
 from steerable.stores.memory import MemoryStore
 
@@ -118,3 +118,33 @@ async def test_a_stop_and_a_cancellation_at_once_still_cancel_the_awaiter(stop_f
     ended = (await asyncio.wait_for(stream, 10))[-1]
     assert isinstance(ended, Ended)
     assert isinstance(ended.result.error, asyncio.CancelledError)
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+async def test_a_sink_failing_during_the_tool_calls_ends_the_run_with_a_valid_transcript(
+    calls: int,
+) -> None:
+    """The run fails, and the calls under way still get a result: the transcript stays valid."""
+
+    async def echo(x: str) -> str:
+        """Say it back."""
+        return x
+
+    def sink(event: Event) -> None:
+        if isinstance(event, ToolEnded):
+            raise RuntimeError("the sink broke")
+
+    store = MemoryStore()
+    session = open_session("sink", store)
+    reply = [call("echo", f'{{"x": "{i}"}}', id=f"c{i}") for i in range(calls)]
+    model = ScriptedModel([reply, "done"])
+    result = await Runner.run(Spec(tools=[echo], session=session), "go", model, sink)
+    assert result.reason == "failed"
+    assert isinstance(result.error, RuntimeError)
+    assert transcript_problems(list(result.transcript)) == []
+    assert [r.call_id for r in result.transcript[-1].tool_results] == [
+        f"c{i}" for i in range(calls)
+    ]
+    stored = await store.messages("sink")
+    assert stored == list(result.transcript)
+    assert transcript_problems(stored) == []
