@@ -23,12 +23,12 @@ assistant prefill answer 400, and the run fails with their message.
 
 from __future__ import annotations
 
+from steerable._extras import missing_extra
+
 try:
     import anthropic
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "steerable.models.anthropic needs the anthropic package: pip install 'steerable[anthropic]'"
-    ) from exc
+    raise missing_extra("steerable.models.anthropic", "anthropic", "anthropic", exc) from None
 
 import contextlib
 import json

@@ -13,12 +13,12 @@ the reply, and use the SDK's retries for rate limits, 5xx and dropped connection
 
 from __future__ import annotations
 
+from steerable._extras import missing_extra
+
 try:
     import openai as _openai  # noqa: F401  (the check that the extra is installed)
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "steerable.models.openai needs the openai package: pip install 'steerable[openai]'"
-    ) from exc
+    raise missing_extra("steerable.models.openai", "openai", "openai", exc) from None
 
 from steerable.models.openai._chat import OpenAIChatModel
 from steerable.models.openai._responses import OpenAIResponsesModel

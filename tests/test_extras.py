@@ -1,8 +1,8 @@
-"""The driver boundary of every server store: its driver only behind its extra.
+"""The boundary of every extra: a server store's driver, a provider's SDK, only behind it.
 
-An import of a store package without its driver fails with the one error that names the
-extra to install; ``import steerable`` (and the store contract, the conformance suite)
-loads no driver at all.
+An import of such a package without its dependency fails with the one error that names the
+extra to install (one wording, from ``steerable._extras``); ``import steerable`` (and the
+store contract, the conformance suite) loads none of them.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import sys
 
 import pytest
 
-STORES = {  # package: (extra, the driver's top-level modules)
+EXTRAS = {  # package: (extra, the top-level modules it needs)
     "steerable.stores.postgres": ("postgres", ("asyncpg",)),
     "steerable.stores.mysql": ("mysql", ("aiomysql", "pymysql")),
     "steerable.stores.mongodb": ("mongodb", ("pymongo", "bson")),
+    "steerable.models.openai": ("openai", ("openai",)),
+    "steerable.models.anthropic": ("anthropic", ("anthropic",)),
 }
 
 
@@ -25,9 +27,9 @@ def _python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("package", sorted(STORES))
+@pytest.mark.parametrize("package", sorted(EXTRAS))
 def test_without_its_driver_the_import_names_the_extra(package: str) -> None:
-    extra, modules = STORES[package]
+    extra, modules = EXTRAS[package]
     hide = "; ".join(f"sys.modules[{m!r}] = None" for m in modules)
     run = _python(f"import sys; {hide}; import {package}")
     assert run.returncode != 0
@@ -36,8 +38,8 @@ def test_without_its_driver_the_import_names_the_extra(package: str) -> None:
     assert last.endswith(f"pip install 'steerable[{extra}]'"), run.stderr
 
 
-def test_the_core_and_the_suite_load_no_driver() -> None:
-    drivers = sorted(m for _, modules in STORES.values() for m in modules)
+def test_the_core_and_the_suite_load_no_driver_and_no_sdk() -> None:
+    drivers = sorted(m for _, modules in EXTRAS.values() for m in modules)
     run = _python(
         "import sys, steerable, steerable.store, steerable.stores, steerable.stores.memory,"
         " steerable.stores.sqlite, steerable.testing\n"
