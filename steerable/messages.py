@@ -97,8 +97,9 @@ class Message:
             if not isinstance(part, _PARTS):
                 raise InvalidMessage(f"not a content part: {part!r}")
         message_id: object = self.id
-        if not isinstance(message_id, str) or not message_id:
-            raise InvalidMessage(f"a message id is a non-empty str, not {self.id!r}")
+        if not isinstance(message_id, str) or not message_id or "\x00" in message_id:
+            # no NUL: ids are keys in every store, and some (Postgres text) cannot hold it
+            raise InvalidMessage(f"a message id is a non-empty str without NUL, not {self.id!r}")
 
     @property
     def text(self) -> str:

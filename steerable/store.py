@@ -53,8 +53,8 @@ class Steer:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise UsageError(f"a steer's text is a str, not {type(self.text).__name__}")
-        if not isinstance(self.id, str) or not self.id:
-            raise UsageError(f"a steer id is a non-empty str, not {self.id!r}")
+        if not isinstance(self.id, str) or not self.id or "\x00" in self.id:
+            raise UsageError(f"a steer id is a non-empty str without NUL, not {self.id!r}")
 
     def message(self) -> Message:
         """The steered user message that records this steer in a transcript."""
@@ -92,8 +92,8 @@ def check_session_id(session: object) -> str:
     """``session`` if it is a usable session id, else a :class:`UsageError` saying why."""
     if not isinstance(session, str):
         raise UsageError(f"a session id is a str, not {type(session).__name__}: {session!r}")
-    if not session:
-        raise UsageError("a session id is a non-empty str")
+    if not session or "\x00" in session:
+        raise UsageError(f"a session id is a non-empty str without NUL, not {session!r}")
     return session
 
 

@@ -16,6 +16,7 @@ from steerable import (
     Runner,
     ScriptedModel,
     Spec,
+    Steer,
     SteerableError,
     StoreUnavailable,
     Text,
@@ -136,3 +137,14 @@ async def test_a_message_that_cannot_be_stored_fails_the_run_and_stores_nothing_
     result = await Runner.run(Spec(session=session), messages, ScriptedModel(["never"]))
     assert result.reason == "failed" and isinstance(result.error, InvalidMessage)
     assert [m.text for m in await store.messages("s")] == ["fine", "ok"]
+
+
+def test_an_id_holding_nul_is_refused_where_it_is_made() -> None:
+    """Ids are keys in every store (a Postgres text key cannot hold NUL): one rule for all."""
+    with pytest.raises(InvalidMessage, match="without NUL"):
+        user("x", id="a\x00b")
+    with pytest.raises(UsageError, match="without NUL"):
+        Steer("x", "s\x00")
+    with pytest.raises(UsageError, match="without NUL"):
+        open_session("s\x00", MemoryStore())
+    assert user("text may hold \x00", id="plain").text == "text may hold \x00"
