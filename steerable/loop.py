@@ -54,6 +54,7 @@ from steerable.tools import Tool
 
 _STOPPED = "the run was stopped before this call ended"
 _CANCELLED = "the run was cancelled before this call ended"
+_UNANSWERED = "this call ended without a result"  # every call has one here; never seen
 
 
 class Pattern(Protocol):
@@ -169,7 +170,7 @@ class ReAct:
             except Stopped:
                 self._answer(_STOPPED)
                 return "stopped"
-            self._answer(_STOPPED)
+            self._answer(_UNANSWERED)
 
     def _result(self, reason: EndReason, error: BaseException | None) -> Result:
         return Result(

@@ -67,7 +67,12 @@ class Run:
         session's store) is ignored, and the one first seen is returned: a client that
         retries is safe. Steering a run that has ended is a :class:`UsageError`.
         """
-        steer = text if isinstance(text, Steer) else Steer(text, id) if id else Steer(text)
+        if isinstance(text, Steer):
+            steer = text
+        elif id is None:
+            steer = Steer(text)
+        else:
+            steer = Steer(text, id)  # an empty id is refused, as Session.steer refuses it
         return self._control.steer(steer)
 
     def stop(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from steerable import (
     Message,
     ModelRequest,
@@ -12,6 +14,7 @@ from steerable import (
     ScriptedModel,
     Spec,
     Steer,
+    UsageError,
     open_session,
     transcript_problems,
 )
@@ -256,3 +259,22 @@ async def test_a_steered_message_in_the_transcript_given_is_a_seen_id() -> None:
     result = await holder[0]
     assert result.unapplied_steers == ()
     assert [m.id for m in result.transcript].count("given") == 1
+
+
+async def test_an_empty_steer_id_is_refused_by_a_run_as_by_a_session() -> None:
+    """Not silently a fresh id: a client's retries with it would become two steers."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def tool() -> str:
+        entered.set()
+        await release.wait()
+        return "ok"
+
+    run = Runner.start(Spec(tools=[tool]), "go", ScriptedModel([call("tool"), "done"]))
+    await entered.wait()
+    with pytest.raises(UsageError, match="non-empty"):
+        run.steer("x", id="")
+    with pytest.raises(UsageError, match="non-empty"):
+        await open_session("s", MemoryStore()).steer("x", id="")
+    release.set()
+    assert (await run).steers == ()

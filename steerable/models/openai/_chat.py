@@ -122,15 +122,7 @@ class OpenAIChatModel(ClientModel):
                 yield TextDelta(reply.message.text)
             yield reply
             return
-        try:
-            stream = await self.client.chat.completions.create(
-                model=self.model,
-                messages=cast(Any, body["messages"]),
-                stream=True,
-                extra_body=_rest(body),
-            )
-        except openai.OpenAIError as exc:
-            raise provider_error(PROVIDER, exc) from exc
+        stream = await self._create(body, stream=True)
         builder = _ReplyBuilder()
         async with stream:
             try:
@@ -147,16 +139,19 @@ class OpenAIChatModel(ClientModel):
 
     async def _whole(self, body: dict[str, Any]) -> Reply:
         """The reply asked for unstreamed; its text is one delta, sent before it."""
+        return whole_reply(await self._create(body, stream=False))
+
+    async def _create(self, body: dict[str, Any], *, stream: bool) -> Any:
+        """Send the request; a refusal becomes a :class:`ProviderError` naming the server."""
         try:
-            completion = await self.client.chat.completions.create(
+            return await self.client.chat.completions.create(
                 model=self.model,
                 messages=cast(Any, body["messages"]),
-                stream=False,
+                stream=stream,
                 extra_body=_rest(body),
             )
         except openai.OpenAIError as exc:
             raise provider_error(PROVIDER, exc) from exc
-        return whole_reply(completion)
 
 
 def _rest(body: dict[str, Any]) -> dict[str, Any]:
