@@ -1,0 +1,386 @@
+"""Durability mutants: small, plausible bugs in the stores, the session and the loop.
+
+Each mutant replaces one snippet of one file in a scratch copy of the working tree, runs the
+tests that guard that promise against the copy, and counts as *caught* when they fail. A
+mutant whose snippet is not found exactly once is an error of this script, not a pass: the
+code moved and the mutant must be rewritten. The table goes in docs/testing.md.
+
+    python scripts/mutants.py            # every mutant (several minutes)
+    python scripts/mutants.py --list     # names only
+    python scripts/mutants.py NAME ...   # only these
+
+Not part of CI (too slow); the servers of ``.ci/run`` must be up for the server stores' mutants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One bug: in ``path``, ``old`` (found exactly once) becomes ``new``; ``tests`` guard it."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+def _m(name: str, path: str, old: str, new: str, *tests: str) -> Mutant:
+    return Mutant(name, path, old, new, tests)
+
+
+MUTANTS: list[Mutant] = []  # filled below the helpers; see the end of this file
+
+
+def _scratch() -> Path:
+    """A copy of the tracked files of the working tree (uncommitted edits included)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    scratch = Path(tempfile.mkdtemp(prefix="steerable-mutants-"))
+    for name in filter(None, listed):
+        source = ROOT / name.decode()
+        if source.is_file():
+            target = scratch / name.decode()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return scratch
+
+
+def _pytest(scratch: Path, tests: tuple[str, ...]) -> tuple[int, float, list[str], str]:
+    """Run ``tests`` against the copy: exit code, seconds, the tests that failed, last line."""
+    env = {**os.environ, "PYTHONPATH": str(scratch), "STEERABLE_REQUIRE_SERVERS": "1"}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True)
+    lines = (done.stdout + done.stderr).splitlines()
+    failed = [line.split(" ")[1] for line in lines if line.startswith("FAILED ")]
+    return done.returncode, time.monotonic() - started, failed, lines[-1] if lines else ""
+
+
+def _apply(scratch: Path, mutant: Mutant) -> str:
+    path = scratch / mutant.path
+    text = path.read_text()
+    found = text.count(mutant.old)
+    if found != 1:
+        raise SystemExit(f"mutant {mutant.name}: its snippet is in {mutant.path} {found} times")
+    path.write_text(text.replace(mutant.old, mutant.new))
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="run only these mutants")
+    parser.add_argument("--list", action="store_true", help="print the mutants' names")
+    args = parser.parse_args()
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    if args.list:
+        for mutant in chosen:
+            print(f"{mutant.name:48} {mutant.path}")
+        return 0
+    unknown = set(args.names) - {m.name for m in MUTANTS}
+    if unknown:
+        raise SystemExit(f"no mutant named {', '.join(sorted(unknown))}")
+
+    scratch = _scratch()
+    try:
+        guards = tuple(sorted({t for m in chosen for t in m.tests}))
+        code, seconds, _, last = _pytest(scratch, guards)
+        if code != 0:
+            raise SystemExit(f"the unmutated tests fail ({last}); fix them first")
+        print(f"unmutated: the guarding tests pass ({seconds:.0f} s)\n")
+        print("| mutant | file | caught | by | s |")
+        print("| --- | --- | --- | --- | --- |")
+        missed = 0
+        for mutant in chosen:
+            original = _apply(scratch, mutant)
+            try:
+                code, seconds, failed, last = _pytest(scratch, mutant.tests)
+            finally:
+                (scratch / mutant.path).write_text(original)
+            # caught only by a test of its own failing, not by an error collecting or
+            # setting up the tests (a mutant that breaks an import proves nothing)
+            own = [t for t in failed if t.split("::")[0] in mutant.tests]
+            missed += not own
+            if own:
+                mark, by = "yes", f"`{own[0]}`"
+            else:
+                mark, by = ("**MISSED**", "-") if code == 0 else ("**ERROR**", last)
+            print(f"| {mutant.name} | {mutant.path} | {mark} | {by} | {seconds:.0f} |", flush=True)
+        print(f"\n{len(chosen) - missed} of {len(chosen)} mutants caught")
+        return 1 if missed else 0
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+# -- the loop and its control --------------------------------------------------------------
+_LOOP, _CONTROL = "steerable/loop.py", "steerable/_control.py"
+_STEERING, _FAILED = "tests/core/test_steering.py", "tests/core/test_failed_saves.py"
+MUTANTS += [
+    _m(
+        "loop-saves-then-takes",
+        _LOOP,
+        "taken = await session.save(self.transcript, take=room - len(mine))",
+        "taken = await session.save(self.transcript)\n"
+        "            taken += await session.take_steers(limit=room - len(mine))",
+        _FAILED,
+        "tests/core/test_crash.py",
+    ),
+    _m(
+        "loop-box-steer-kept-after-failed-save",
+        _LOOP,
+        "del self.transcript[at:]  # not recorded",
+        "pass  # not recorded",
+        _FAILED,
+    ),
+    _m(
+        "loop-unsaved-steers-forgotten",
+        _LOOP,
+        "self._left = (*self._unsaved, *self._control.close())",
+        "self._left = tuple(self._control.close())",
+        _FAILED,
+    ),
+    _m(
+        "loop-unapplied-not-left-in-store",
+        _LOOP,
+        "for steer in unapplied:",
+        "for steer in ():",
+        _STEERING,
+        _FAILED,
+    ),
+    _m(
+        "loop-cap-ignores-steers-taken",
+        _LOOP,
+        "room = self._spec.steers_per_turn - len(self._taken)",
+        "room = self._spec.steers_per_turn",
+        _STEERING,
+    ),
+    _m(
+        "loop-no-save-at-the-end",
+        _LOOP,
+        "if stored is None or stored < len(self.transcript):",
+        "if False:",
+        "tests/core/test_loop.py",
+    ),
+    _m(
+        "loop-result-calls-unanswered-on-failure",
+        _LOOP,
+        "if self._calls:  # a failure during the tool calls",
+        "if False:  # a failure during the tool calls",
+        "tests/core/test_ending.py",
+        "tests/core/test_loop.py",
+    ),
+    _m(
+        "control-box-forgets-seen-ids",
+        _CONTROL,
+        "first = self._seen.setdefault(steer.id, steer)",
+        "first = steer",
+        _STEERING,
+    ),
+    _m(
+        "control-ids-from-the-store-not-seen",
+        _CONTROL,
+        "for message in messages:\n            if message.steered",
+        "for message in ():\n            if message.steered",
+        _STEERING,
+    ),
+    _m(
+        "control-stop-swallows-an-outside-cancel",
+        _CONTROL,
+        "return task.uncancel() == 0",
+        "task.uncancel()\n        return True",
+        "tests/core/test_ending.py",
+        "tests/core/test_loop.py",
+    ),
+    _m(
+        "runner-cancelled-run-never-ends-streams",
+        "steerable/runner.py",
+        "if self._control.ended is None:",
+        "if False:",
+        "tests/core/test_ending.py",
+    ),
+    _m(
+        "tools-own-timeout-error-taken-for-the-deadline",
+        "steerable/tools.py",
+        "if isinstance(exc, TimeoutError) and deadline.expired():",
+        "if isinstance(exc, TimeoutError):",
+        "tests/core/test_tools.py",
+    ),
+]
+
+# -- the session ---------------------------------------------------------------------------
+_SESSION = "steerable/session.py"
+MUTANTS += [
+    _m(
+        "session-keeps-its-position-after-a-failed-save",
+        _SESSION,
+        "            self._stored = None\n            raise",
+        "            raise",
+        "tests/core/test_session.py",
+    ),
+    _m(
+        "session-compares-lengths-only",
+        _SESSION,
+        "a.id != b.id for a, b in zip(stored, transcript, strict=False)",
+        "False for a, b in zip(stored, transcript, strict=False)",
+        "tests/core/test_session.py",
+        "tests/core/test_loop.py",
+    ),
+]
+
+# -- memory and SQLite ---------------------------------------------------------------------
+_MEMORY, _SQLITE = "steerable/stores/memory.py", "steerable/stores/sqlite.py"
+_MEMORY_SUITE, _SQLITE_SUITE = (
+    "tests/stores/test_memory_contract.py",
+    "tests/stores/test_sqlite_contract.py",
+)
+MUTANTS += [
+    _m(
+        "memory-a-save-past-the-end-is-accepted",
+        _MEMORY,
+        "if at is not None and at != len(state.transcript):",
+        "if at is not None and at < len(state.transcript):",
+        _MEMORY_SUITE,
+    ),
+    _m(
+        "memory-a-taken-steer-id-is-taken-again",
+        _MEMORY,
+        "if steer.id not in state.seen:",
+        "if steer.id not in state.waiting:",
+        _MEMORY_SUITE,
+    ),
+    _m(
+        "memory-a-steer-in-the-transcript-is-recorded-again",
+        _MEMORY,
+        "if steer_id not in state.ids and steer_id not in ids:",
+        "if True:",
+        _MEMORY_SUITE,
+    ),
+    _m(
+        "sqlite-a-deferred-write-transaction",
+        _SQLITE,
+        'db.execute("BEGIN IMMEDIATE")\n    (count,)',
+        'db.execute("BEGIN")\n    (count,)',
+        _SQLITE_SUITE,
+    ),
+    _m(
+        "sqlite-newest-steer-first",
+        _SQLITE,
+        "AND taken = 0 ORDER BY seq LIMIT ?",
+        "AND taken = 0 ORDER BY seq DESC LIMIT ?",
+        _SQLITE_SUITE,
+    ),
+    _m(
+        "sqlite-a-take-does-not-mark-the-steer",
+        _SQLITE,
+        "UPDATE steerable_steers SET taken = 1 WHERE",
+        "UPDATE steerable_steers SET taken = taken WHERE",
+        _SQLITE_SUITE,
+    ),
+    _m(
+        "sqlite-synchronous-option-ignored",
+        _SQLITE,
+        'db.execute(f"PRAGMA synchronous = {self._synchronous}")',
+        'db.execute("PRAGMA synchronous = NORMAL")',
+        "tests/core/test_session.py",
+    ),
+    _m(
+        "codec-nul-dropped",
+        "steerable/codec.py",
+        '"text": part.text}',
+        '"text": part.text.replace("\\x00", "")}',
+        _SQLITE_SUITE,
+        "tests/core/test_codec.py",
+    ),
+]
+
+
+# -- the server stores (their servers must be up) -------------------------------------------
+_PG, _MY = "steerable/stores/postgres/_store.py", "steerable/stores/mysql/_schema.py"
+_MONGO = "steerable/stores/mongodb/_layout.py"
+_PG_SUITE, _MY_SUITE = (
+    "tests/stores/postgres/test_contract.py",
+    "tests/stores/mysql/test_contract.py",
+)
+_MONGO_SUITE = "tests/stores/mongodb/test_mongodb_contract.py"
+MUTANTS += [
+    _m(
+        "postgres-take-skips-a-locked-older-steer",
+        _PG,
+        "    ORDER BY seq\n    FOR UPDATE\n), moved",
+        "    ORDER BY seq\n    FOR UPDATE SKIP LOCKED\n), moved",
+        "tests/stores/postgres/test_races.py",
+    ),
+    _m(
+        "postgres-race-loser-reads-its-old-snapshot",
+        _PG,
+        # the locked rows re-checked for NOT taken after the wait: a steer taken meanwhile
+        # drops out, nothing is written, no key collides, and the stale length is returned
+        "    SELECT seq, taken FROM steerable_steers\n    WHERE seq IN (",
+        "    SELECT seq, taken FROM steerable_steers\n    WHERE NOT taken AND seq IN (",
+        _PG_SUITE,
+    ),
+    _m(
+        "postgres-a-save-at-any-position-is-accepted",
+        _PG,
+        "SELECT n FROM stored WHERE $2::bigint IS NULL OR n = $2::bigint",
+        "SELECT n FROM stored",
+        _PG_SUITE,
+    ),
+    _m(
+        "postgres-a-steer-recorded-twice",
+        _PG,
+        "    WHERE id <> ALL($3::text[]) AND NOT EXISTS (",
+        "    WHERE true OR NOT EXISTS (",
+        _PG_SUITE,
+    ),
+    _m(
+        "mysql-length-read-without-the-session-lock",
+        _MY,
+        "INSERT INTO steerable_sessions (session) VALUES (p_session)\n"
+        "        ON DUPLICATE KEY UPDATE session = session;",
+        "DO 0;",
+        _MY_SUITE,
+    ),
+    _m(
+        "mysql-a-save-past-the-end-is-accepted",
+        _MY,
+        "IF p_at IS NOT NULL AND p_at <> v_end THEN",
+        "IF p_at IS NOT NULL AND p_at < v_end THEN",
+        _MY_SUITE,
+    ),
+    _m(
+        "mongodb-a-save-at-any-position-is-accepted",
+        _MONGO,
+        '        query["n"] = at\n',
+        "        pass\n",
+        _MONGO_SUITE,
+    ),
+    _m(
+        "mongodb-a-taken-steer-stays-in-the-box",
+        _MONGO,
+        '"box": {"$slice": [box, take, _MAX_INT32]} if take else box,',
+        '"box": box,',
+        _MONGO_SUITE,
+    ),
+]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
