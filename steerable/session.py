@@ -20,7 +20,14 @@ from collections.abc import Sequence
 
 from steerable.errors import TranscriptConflict, UsageError
 from steerable.messages import Message
-from steerable.store import Steer, Store, check_count, check_messages, check_session_id
+from steerable.store import (
+    Steer,
+    Store,
+    check_count,
+    check_messages,
+    check_session_id,
+    check_transcript,
+)
 
 
 class Session:
@@ -71,8 +78,9 @@ class Session:
         in the store, and the caller appends them to its own copy.
         """
         check_count(take, "take")
-        # the whole transcript when it is read against the store, else only what is new:
-        # a step's save costs what the step added, however long the transcript
+        check_transcript(transcript)
+        # every message when the transcript is read against the store, else only the new
+        # ones: a step's save costs what the step added, however long the transcript
         check_messages(transcript if self._stored is None else transcript[self._stored :])
         at = await self._position(transcript)
         new = transcript[at:]
@@ -91,9 +99,10 @@ class Session:
     async def take_steers(self, *, limit: int = 16) -> list[Message]:
         """Take up to ``limit`` steers, recorded at the end of the stored transcript."""
         check_count(limit, "limit")
-        taken = await self.store.take_steers(self.id, at=None, limit=limit)
+        # Taken steers land wherever the transcript ends, so the stored length is unknown
+        # afterwards, whether the call returns, raises or loses its answer.
         self._stored = None
-        return taken
+        return await self.store.take_steers(self.id, at=None, limit=limit)
 
     async def _position(self, transcript: Sequence[Message]) -> int:
         if self._stored is not None:

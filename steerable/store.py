@@ -104,22 +104,32 @@ def check_count(value: object, what: str) -> int:
     return value
 
 
-def check_messages(messages: object) -> Sequence[Message]:
-    """``messages`` if it is a sequence of :class:`Message`, else a :class:`UsageError`."""
+def check_transcript(messages: object) -> Sequence[object]:
+    """``messages`` if it is a sequence (not a str or bytes), else a :class:`UsageError`.
+
+    Only the container: it can then be sliced and measured before its elements are checked.
+    """
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise UsageError(f"a transcript is a sequence of Message, not {type(messages).__name__}")
-    for message in messages:
+    return messages
+
+
+def check_messages(messages: object) -> Sequence[Message]:
+    """``messages`` if it is a sequence of :class:`Message`, else a :class:`UsageError`."""
+    for message in check_transcript(messages):
         if not isinstance(message, Message):
             raise UsageError(f"a transcript holds Message objects, not {type(message).__name__}")
     return messages
 
 
-def check_save(session: object, messages: Sequence[Message], at: int | None, take: int) -> str:
-    """Validate the arguments of a save or take; returns the session id."""
+def check_save(
+    session: object, messages: Sequence[Message], at: int | None, take: int, *, what: str = "take"
+) -> str:
+    """Validate the arguments of a save or take (``what`` names the count); returns the id."""
     sid = check_session_id(session)
     if at is not None:
         check_count(at, "at")
-    check_count(take, "take")
+    check_count(take, what)
     check_messages(messages)
     return sid
 
@@ -174,7 +184,7 @@ class CheckedStore:
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
         """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
-        sid = check_save(session, (), at, limit)
+        sid = check_save(session, (), at, limit, what="limit")
         return await self.inner.take_steers(sid, at=at, limit=limit)
 
     async def steers(self, session: str) -> list[Steer]:

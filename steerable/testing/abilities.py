@@ -12,6 +12,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, TypeAlias, TypeVar, runtime_checkable
 
+from steerable.errors import UsageError
 from steerable.store import Store
 
 __all__ = [
@@ -57,7 +58,9 @@ def needs(*abilities: str) -> Callable[[_C], _C]:
     """Mark a case as needing ``abilities``; it is skipped on a store that lacks one."""
     unknown = set(abilities) - ABILITIES.keys()
     if unknown:
-        raise ValueError(f"unknown abilities {sorted(unknown)}")
+        raise UsageError(
+            f"unknown abilities {sorted(unknown)}; the suite knows {sorted(ABILITIES)}"
+        )
 
     def mark(case: _C) -> _C:
         case.store_needs = abilities  # type: ignore[attr-defined]

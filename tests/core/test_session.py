@@ -1,11 +1,9 @@
-"""Session and the front door: what a session learns after a failed save, fresh sessions
-that do not match the store, arguments checked once, and the SQLite store's options."""
+"""Session and the front door: what a session learns after a failed save or take, fresh
+sessions that do not match the store, and arguments checked once."""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +13,6 @@ from steerable.messages import Message, assistant, user
 from steerable.session import Session, open_session
 from steerable.store import CheckedStore, Steer, Store
 from steerable.stores.memory import MemoryStore
-from steerable.stores.sqlite import SQLiteStore
 
 
 async def test_after_a_conflict_the_session_learns_the_stored_length_and_saves_again() -> None:
@@ -39,6 +36,11 @@ class _AnswerLost:
         self.inner = inner
         self.lose_next = False
 
+    def _answer(self) -> None:
+        if self.lose_next:
+            self.lose_next = False
+            raise StoreUnavailable("the line was cut as the store answered")
+
     async def messages(self, session: str) -> list[Message]:
         return await self.inner.messages(session)
 
@@ -46,16 +48,16 @@ class _AnswerLost:
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
         taken = await self.inner.save(session, messages, at=at, take=take)
-        if self.lose_next:
-            self.lose_next = False
-            raise StoreUnavailable("the line was cut as the store answered")
+        self._answer()
         return taken
 
     async def steer(self, session: str, steer: Steer) -> None:
         await self.inner.steer(session, steer)
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
-        return await self.inner.take_steers(session, at=at, limit=limit)
+        taken = await self.inner.take_steers(session, at=at, limit=limit)
+        self._answer()
+        return taken
 
     async def steers(self, session: str) -> list[Steer]:
         return await self.inner.steers(session)
@@ -73,6 +75,21 @@ async def test_after_a_save_whose_answer_was_lost_the_next_save_writes_only_what
     assert session.stored is None
     after = [*step, assistant("answer")]
     await session.save(after)
+    assert await store.messages("s") == after
+
+
+async def test_after_a_take_whose_answer_was_lost_the_session_learns_the_stored_length() -> None:
+    store = _AnswerLost(MemoryStore())
+    session = open_session("s", store)
+    prompt = user("prompt")
+    await session.save([prompt])
+    steer = await session.steer("shorter, please")
+    store.lose_next = True
+    with pytest.raises(StoreUnavailable):
+        await session.take_steers()  # taken and recorded, though the session never heard
+    assert session.stored is None
+    after = [prompt, steer.message(), assistant("short")]
+    assert await session.save(after) == []
     assert await store.messages("s") == after
 
 
@@ -111,6 +128,35 @@ async def test_a_session_refuses_bad_arguments_before_the_store_sees_them(
     assert await store.messages("s") == [] and await store.steers("s") == []
 
 
+def _numbers() -> Iterator[int]:
+    yield 1
+
+
+@pytest.mark.parametrize(
+    ("transcript", "match"),
+    [
+        ({"a": 1}, "sequence of Message, not dict"),
+        (_numbers(), "sequence of Message, not generator"),
+        (42, "sequence of Message, not int"),
+        ("a string", "sequence of Message, not str"),
+        (None, "sequence of Message, not NoneType"),
+    ],
+)
+async def test_a_session_that_knows_the_stored_length_refuses_a_transcript_that_is_no_sequence(
+    transcript: Any, match: str
+) -> None:
+    store = MemoryStore()
+    session = Session("s", store)
+    await session.save([user("prompt")])
+    assert session.stored == 1  # the next save checks only what is new: the slice
+    with pytest.raises(UsageError, match=match):
+        await session.save(transcript)
+    bad: Any = [user("prompt"), "not a message"]
+    with pytest.raises(UsageError, match="Message objects, not str"):
+        await session.save(bad)
+    assert len(await store.messages("s")) == 1
+
+
 def test_a_session_and_the_front_door_need_a_store() -> None:
     bad: Any = "sessions.db"
     with pytest.raises(UsageError, match="Store"):
@@ -129,31 +175,7 @@ async def test_the_front_door_refuses_a_save_at_none() -> None:
         await CheckedStore(MemoryStore()).save("s", [user("x")], at=bad)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"path": 42}, "file path"),
-        ({"path": "x.db", "synchronous": "OFF"}, "synchronous"),
-        ({"path": "x.db", "synchronous": "FULL; DROP TABLE x"}, "synchronous"),
-        ({"path": "x.db", "busy_timeout": "30"}, "busy_timeout"),
-        ({"path": "x.db", "busy_timeout": -1}, "busy_timeout"),
-    ],
-)
-def test_sqlite_store_options_are_usage_errors_never_type_errors(
-    kwargs: dict[str, Any], match: str
-) -> None:
-    with pytest.raises(UsageError, match=match):
-        SQLiteStore(**kwargs)
-
-
-@pytest.mark.parametrize(("mode", "level"), [("NORMAL", 1), ("FULL", 2)])
-async def test_sqlite_synchronous_is_really_set_on_the_store_connection(
-    tmp_path: Path, mode: Any, level: int
-) -> None:
-    async with SQLiteStore(tmp_path / "s.db", synchronous=mode) as store:
-        await store.save("s", [user("x")], at=0)
-        # PRAGMA synchronous belongs to a connection: read it back from the store's own
-        got = await store._call(lambda db: db.execute("PRAGMA synchronous").fetchone()[0])
-    assert got == level
-    with sqlite3.connect(tmp_path / "s.db") as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+@pytest.mark.parametrize("limit", [-1, 1.5, True])
+async def test_the_front_door_names_a_bad_limit_of_a_take(limit: Any) -> None:
+    with pytest.raises(UsageError, match=r"^`limit` is an int"):
+        await CheckedStore(MemoryStore()).take_steers("s", at=None, limit=limit)

@@ -1,4 +1,5 @@
-"""The memory store keeps the whole store contract (in one process, for its lifetime)."""
+"""The memory store keeps the whole store contract (in one process, for its lifetime); the
+suite refuses an ability it does not know."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from contextlib import asynccontextmanager, nullcontext
 
 import pytest
 
+from steerable.errors import UsageError
 from steerable.store import Store
 from steerable.stores.memory import MemoryStore
 from steerable.testing import OpenStore, StoreContract
+from steerable.testing.abilities import needs
 
 
 class _Serial:
@@ -29,3 +32,8 @@ class TestMemoryStore(StoreContract):
     @asynccontextmanager
     async def hold_steer(self, store: Store, session: str) -> AsyncIterator[_Serial]:
         yield _Serial()
+
+
+def test_a_case_needing_an_ability_the_suite_does_not_know_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="unknown abilities"):
+        needs("teleporting")
