@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from steerable.errors import UsageError
 from steerable.messages import Message, Text, new_id
@@ -104,7 +104,7 @@ def check_count(value: object, what: str) -> int:
     return value
 
 
-def check_transcript(messages: object) -> Sequence[object]:
+def check_transcript(messages: object) -> Sequence[Any]:
     """``messages`` if it is a sequence (not a str or bytes), else a :class:`UsageError`.
 
     Only the container: it can then be sliced and measured before its elements are checked.
@@ -116,10 +116,11 @@ def check_transcript(messages: object) -> Sequence[object]:
 
 def check_messages(messages: object) -> Sequence[Message]:
     """``messages`` if it is a sequence of :class:`Message`, else a :class:`UsageError`."""
-    for message in check_transcript(messages):
+    sequence = check_transcript(messages)
+    for message in sequence:
         if not isinstance(message, Message):
             raise UsageError(f"a transcript holds Message objects, not {type(message).__name__}")
-    return messages
+    return sequence
 
 
 def check_save(
