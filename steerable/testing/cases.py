@@ -177,7 +177,7 @@ async def order_is_by_position(store: Store) -> None:
 
 
 @_case
-async def save_appends_only_what_is_new(store: Store) -> None:
+async def a_save_appends_and_keeps_what_was_stored(store: Store) -> None:
     """A save appends; what was stored before stays as it was."""
     sid = _sid()
     first = [user("a"), user("b")]
