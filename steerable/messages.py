@@ -15,7 +15,7 @@ expects them (Anthropic literally, OpenAI after a mechanical rename of the role)
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -26,8 +26,12 @@ Role = Literal["user", "assistant"]
 
 
 def new_id() -> str:
-    """A fresh message or steer id: 32 lowercase hex characters."""
-    return uuid.uuid4().hex
+    """A fresh message or steer id: 32 lowercase hex characters (128 random bits).
+
+    ``os.urandom`` rather than ``uuid.uuid4()``: the same randomness at a third of the cost,
+    and a step makes one or two.
+    """
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True, slots=True)
