@@ -42,6 +42,7 @@ class MemoryStore:
         return state
 
     async def messages(self, session: str) -> list[Message]:
+        """The session's transcript, in position order (empty for a new session)."""
         with self._lock:
             state = self._sessions.get(session)
             return list(state.transcript) if state else []
@@ -49,12 +50,14 @@ class MemoryStore:
     async def save(
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
+        """Append ``messages`` at position ``at``, then take up to ``take`` steers; atomic."""
         for message in messages:
             codec.encode(message)  # refuse what a persistent store would refuse
         with self._lock:
             return self._append(session, messages, at, take)
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
         with self._lock:
             return self._append(session, (), at, limit)
 
@@ -79,6 +82,7 @@ class MemoryStore:
         return taken
 
     async def steer(self, session: str, steer: Steer) -> None:
+        """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
         with self._lock:
             state = self._get(session)
             if steer.id not in state.seen:
@@ -86,6 +90,7 @@ class MemoryStore:
                 state.waiting[steer.id] = steer
 
     async def steers(self, session: str) -> list[Steer]:
+        """The steers waiting in the session's box, oldest first."""
         with self._lock:
             state = self._sessions.get(session)
             return list(state.waiting.values()) if state else []

@@ -160,6 +160,8 @@ class SQLiteStore:
     # -- the Store verbs -------------------------------------------------------------------
 
     async def messages(self, session: str) -> list[Message]:
+        """The session's transcript, in position order (empty for a new session)."""
+
         def read(db: sqlite3.Connection) -> list[Message]:
             rows = db.execute(
                 "SELECT position, id, body FROM steerable_messages"
@@ -176,13 +178,17 @@ class SQLiteStore:
     async def save(
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
+        """Append ``messages`` at position ``at``, then take up to ``take`` steers; atomic."""
         rows = [(m.id, codec.encode(m)) for m in messages]
         return await self._call(lambda db: _append(db, session, rows, at, take))
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+        """Take up to ``limit`` steers and record them at ``at`` (or at the end); atomic."""
         return await self._call(lambda db: _append(db, session, [], at, limit))
 
     async def steer(self, session: str, steer: Steer) -> None:
+        """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
+
         def insert(db: sqlite3.Connection) -> None:
             db.execute(
                 "INSERT OR IGNORE INTO steerable_steers (session, id, text) VALUES (?, ?, ?)",
@@ -192,6 +198,8 @@ class SQLiteStore:
         await self._call(insert)
 
     async def steers(self, session: str) -> list[Steer]:
+        """The steers waiting in the session's box, oldest first."""
+
         def read(db: sqlite3.Connection) -> list[Steer]:
             rows = db.execute(
                 "SELECT id, text FROM steerable_steers WHERE session = ? AND taken = 0"
