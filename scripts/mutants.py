@@ -298,7 +298,7 @@ MUTANTS += [
         _SQLITE,
         'db.execute(f"PRAGMA synchronous = {self._synchronous}")',
         'db.execute("PRAGMA synchronous = NORMAL")',
-        "tests/core/test_session.py",
+        "tests/stores/test_sqlite.py",
     ),
     _m(
         "codec-nul-dropped",
