@@ -42,6 +42,7 @@ from steerable.store import CheckedStore, Steer, Store
 from steerable.testing.abilities import (
     Corruptible,
     CorruptibleSteers,
+    Hold,
     Lockable,
     OpenStore,
     Outage,
@@ -676,3 +677,66 @@ async def the_server_going_away_is_store_unavailable_and_loses_nothing(hooks: Ou
         taken = await store.save(sid, [user("again")], at=2, take=16)
         assert [m.id for m in taken] == ["w"]
         assert _texts(await store.messages(sid)) == ["prompt", "answer", "again", "waiting"]
+
+
+async def _done_or_waiting(task: asyncio.Task[Any], hold: Hold, count: int) -> None:
+    """Return once ``task`` is done or ``count`` calls wait for ``hold``, whichever is first.
+
+    A save that takes nothing waits for the lock on some stores (one lock for a session)
+    and runs straight through on others (a row lock it never asks for).
+    """
+    waiting = asyncio.ensure_future(hold.until_waiting(count))
+    try:
+        await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            await waiting  # its poll bound ran out: it says so
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+
+@_case
+@needs("lockable")
+async def a_take_of_only_recorded_steers_is_told_when_a_save_overtook_it(
+    store: Store, store_factory: OpenStore, hooks: Lockable
+) -> None:
+    """A take that waited and then had nothing new to record is still a conflict if the
+    transcript moved on while it waited.
+
+    The waiting steer's id is already in the transcript (a client sent again an id the run
+    recorded from its own box): the take marks it taken and records nothing, so no key of
+    the transcript can collide. B's ``save([], at=n, take=16)`` waits for the steer's lock;
+    A's ``save([m], at=n)`` takes nothing. Where A is stored while B still waits and the
+    steer still waits (a row lock A never asks for), B comes after A: a conflict. Where A
+    waits too, either order is fine, and each save's answer agrees with the order it ran.
+    """
+    sid = _sid()
+    steer = Steer("use celsius", "s-recorded")
+    stored = [user("prompt"), steer.message()]
+    await store.save(sid, stored, at=0)
+    await store.steer(sid, steer)  # a store may refuse it here, or take it later
+    n = len(stored)
+    later = assistant("from replica A")
+    async with store_factory() as other:
+        await other.steers(sid)  # connected before the race
+        saves: list[asyncio.Task[list[Message]]] = []
+        overtaken = False
+        try:
+            async with hooks.hold_steer(store, sid) as hold:
+                saves.append(asyncio.create_task(other.save(sid, [], at=n, take=16)))
+                await hold.until_waiting(1)
+                saves.append(asyncio.create_task(store.save(sid, [later], at=n)))
+                await _done_or_waiting(saves[1], hold, 2)
+                if saves[1].done() and not saves[0].done():
+                    waiting = [s.id for s in await store.steers(sid)]
+                    overtaken = steer.id in waiting and saves[1].exception() is None
+        finally:
+            results = await asyncio.gather(*saves, return_exceptions=True)
+    b, a = results
+    assert a == [], results
+    if overtaken:
+        assert isinstance(b, TranscriptConflict), results
+    assert b == [] or (isinstance(b, TranscriptConflict) and (b.expected, b.stored) == (n, n + 1))
+    assert await store.messages(sid) == [*stored, later]
+    left = [s.id for s in await store.steers(sid)]
+    assert left == [] if b == [] else left in ([], [steer.id]), results  # a conflict may leave it

@@ -37,6 +37,12 @@ APPLY = "await steerable.stores.postgres.migrate(pool)"
 #   wrote nothing would otherwise collide with no key and return the stale length as if
 #   the transcript were still that long.) A collision on the position key stays the net
 #   for every race the locks do not see: a steer is recorded once even if they were wrong.
+#   The net has a hole: a pinned save that brings no message and whose steers were all
+#   recorded already (a run's own box) marks them taken and writes no row, so no key can
+#   collide, and its length may be from before it waited. The statement returns how many
+#   it marked; in that case (rare: an id sent again after the run recorded it) a second
+#   query reads the length, and a save that was overtaken is a conflict. Marking a
+#   recorded steer taken changes no transcript: its record answered it already.
 # - The main query reads `took` before `written` runs (an unreferenced data-modifying CTE
 #   runs last), so every steer lock is held before any message row is inserted, and rows
 #   go in by ascending position: two savers cannot deadlock on each other's rows.
@@ -78,7 +84,7 @@ WITH stored AS (
     WHERE NOT (SELECT yes FROM moved)
     ORDER BY new.i
 )
-SELECT stored.n, moved.yes, fresh.id, fresh.body
+SELECT stored.n, moved.yes, (SELECT count(*) FROM took), fresh.id, fresh.body
 FROM stored CROSS JOIN moved LEFT JOIN fresh ON true ORDER BY fresh.seq
 """
 
@@ -232,18 +238,26 @@ class PostgresStore:
                 except asyncpg.DeadlockDetectedError:
                     # Postgres rolled the statement back whole; it can run again as it is.
                     continue
-            stored, moved = rows[0][0], rows[0][1]
+            stored, moved, marked = rows[0][0], rows[0][1], rows[0][2]
             if moved:
                 continue  # a take committed while this one waited: run on what it left
+            taken = [(id, body) for _, _, _, id, body in rows if id is not None]
+            if at is not None and marked and not ids and not taken and stored == at:
+                # it wrote no row, after maybe waiting on a lock: its length may be stale
+                stored = await self._length(session)
             if at is not None and stored != at:
                 raise TranscriptConflict(session, at, stored)
             return [
                 codec.decode(id, body, where=f"session {session!r}, steer {id!r}")
-                for _, _, id, body in rows
-                if id is not None
+                for id, body in taken
             ]
-        stored = await self.pool.fetchval(_LENGTH, session)
+        stored = await self._length(session)
         raise TranscriptConflict(session, at if at is not None else stored, stored)
+
+    async def _length(self, session: str) -> int:
+        with translated(f"read the length of session {session!r}"):
+            length: int = await self.pool.fetchval(_LENGTH, session)
+        return length
 
 
 @contextmanager
