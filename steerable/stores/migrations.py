@@ -28,7 +28,15 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from steerable.errors import StoreUnavailable, UsageError
 
-__all__ = ["Migration", "SchemaVersioned", "check_schema", "pending", "refusal", "validated"]
+__all__ = [
+    "Migration",
+    "SchemaVersioned",
+    "check_schema",
+    "pending",
+    "refusal",
+    "require",
+    "validated",
+]
 
 StepT = TypeVar("StepT")
 
@@ -110,3 +118,16 @@ def refusal(
             + f" with `{apply}` (the store runs no migrations)"
         )
     return None
+
+
+def require(
+    version: int, migrations: Sequence[Migration[StepT]], *, store: str, apply: str
+) -> None:
+    """Raise :func:`refusal`'s error for a database at schema ``version``, if there is one.
+
+    The body of every backend's ``check_schema``, and of the check each store object runs
+    once, before its first call.
+    """
+    error = refusal(version, migrations, store=store, apply=apply)
+    if error is not None:
+        raise error

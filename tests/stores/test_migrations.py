@@ -7,9 +7,16 @@ import sys
 
 import pytest
 
-from steerable.errors import UsageError
+from steerable.errors import StoreUnavailable, UsageError
 from steerable.stores.memory import MemoryStore
-from steerable.stores.migrations import Migration, check_schema, pending, refusal, validated
+from steerable.stores.migrations import (
+    Migration,
+    check_schema,
+    pending,
+    refusal,
+    require,
+    validated,
+)
 
 STEPS = validated(
     [Migration(1, "the tables", ("a",)), Migration(2, "the service's tables", ("b", "c"))]
@@ -42,6 +49,14 @@ def test_the_refusal_names_the_next_step_and_how_to_apply_it() -> None:
         "the X database has steerable schema version 3; this steerable knows versions up"
         " to 2: upgrade steerable"
     )
+
+
+def test_require_raises_the_refusal_and_passes_the_latest() -> None:
+    require(2, STEPS, store="X", apply=APPLY)
+    with pytest.raises(StoreUnavailable, match=r"step 2 \(the service's tables\)"):
+        require(1, STEPS, store="X", apply=APPLY)
+    with pytest.raises(StoreUnavailable, match="upgrade steerable"):
+        require(3, STEPS, store="X", apply=APPLY)
 
 
 async def test_a_store_without_a_schema_passes_the_check() -> None:

@@ -22,7 +22,7 @@ from steerable.errors import (
 )
 from steerable.messages import Message
 from steerable.store import Steer
-from steerable.stores.migrations import refusal
+from steerable.stores.migrations import require
 from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Entry, Staged
@@ -291,9 +291,8 @@ class MongoStore:
 
         Older, it names the migration step to apply; newer, it asks for a newer steerable.
         """
-        error = refusal(await self.schema_version(), MIGRATIONS, store="MongoDB", apply=APPLY)
-        if error is not None:
-            raise error
+        require(await self.schema_version(), MIGRATIONS, store="MongoDB", apply=APPLY)
+        self._migrated = True
 
     async def _check_migrated(self) -> None:
         """:meth:`check_schema`, once per store object, before its first write.
@@ -304,7 +303,6 @@ class MongoStore:
         """
         if not self._migrated:
             await self.check_schema()
-            self._migrated = True
 
     async def _write_blobs(self, staged: Staged) -> None:
         if staged.blobs:

@@ -14,7 +14,9 @@ The store runs no DDL: its schema is :data:`MIGRATIONS`, an ordered list of vers
 :func:`migrate` where it runs its own migrations; :data:`SCHEMA_VERSION` is the version
 this steerable needs. :meth:`MySQLStore.check_schema` (the
 :class:`steerable.stores.migrations.SchemaVersioned` ability) refuses an older database
-naming the step to apply, and a newer one asking for a newer steerable. A database set up
+naming the step to apply, and a newer one asking for a newer steerable; each store object
+runs that check once, before its first call (one statement in its lifetime), and refuses
+every verb until it passes. A database set up
 from the ``SCHEMA`` statements of earlier releases records no version: ``migrate`` runs
 step 1 on it again (idempotent) and records it.
 

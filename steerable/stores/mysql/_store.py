@@ -31,7 +31,7 @@ from steerable.errors import (
 )
 from steerable.messages import Message
 from steerable.store import Steer
-from steerable.stores.migrations import refusal
+from steerable.stores.migrations import refusal, require
 from steerable.stores.mysql._schema import CONFLICT, MIGRATIONS, SAVE
 
 __all__ = ["APPLY", "MySQLStore", "Pool", "error_of"]
@@ -102,6 +102,7 @@ class MySQLStore:
         if not callable(getattr(pool, "acquire", None)):
             raise UsageError(f"MySQLStore takes an aiomysql pool, not {type(pool).__name__}")
         self._pool = pool
+        self._checked = False  # this object has seen the database at SCHEMA_VERSION
 
     async def schema_version(self) -> int:
         """The highest migration the database has applied; 0 when it has none."""
@@ -118,13 +119,22 @@ class MySQLStore:
 
         Older, it names the migration step to apply; newer, it asks for a newer steerable.
         """
-        error = refusal(await self.schema_version(), MIGRATIONS, store="MySQL", apply=APPLY)
-        if error is not None:
-            raise error
+        require(await self.schema_version(), MIGRATIONS, store="MySQL", apply=APPLY)
+        self._checked = True
+
+    async def _check_once(self) -> None:
+        """:meth:`check_schema`, once per store object, before its first call of any verb.
+
+        Reads too: a newer schema may keep a transcript where this steerable does not
+        look, and an older one lacks what it writes. One statement per store object.
+        """
+        if not self._checked:
+            await self.check_schema()
 
     async def messages(self, session: str) -> list[Message]:
         """The session's transcript, in position order (empty for a new session)."""
         _check_id(session, "session id")
+        await self._check_once()
         rows = await self._run(
             "SELECT position, id, body FROM steerable_messages"
             " WHERE session = %s ORDER BY position",
@@ -149,6 +159,7 @@ class MySQLStore:
         """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
         _check_id(session, "session id")
         _check_id(steer.id, "steer id")
+        await self._check_once()
         # the steer keeps the text of the message that records it, so a take copies it;
         # a no-op update on a duplicate id, because INSERT IGNORE would also turn other
         # errors (a value too long, say) into warnings
@@ -161,6 +172,7 @@ class MySQLStore:
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting in the session's box, oldest first."""
         _check_id(session, "session id")
+        await self._check_once()
         rows = await self._run(
             "SELECT id, body FROM steerable_steers"
             " WHERE session = %s AND taken_at IS NULL ORDER BY seq",
@@ -178,6 +190,7 @@ class MySQLStore:
         for message in messages:
             _check_id(message.id, "message id")
         pairs = [[m.id, codec.encode(m)] for m in messages]
+        await self._check_once()
         batch = json.dumps(pairs, ensure_ascii=False, separators=(",", ":"))
         args = (session, None if at is None else min(at, _MAX_AT), min(take, _MAX_TAKE), batch)
         # not retried after a broken connection: the CALL may have committed

@@ -12,8 +12,9 @@ over its pool::
 
 :meth:`PostgresStore.check_schema` (the :class:`steerable.stores.migrations.SchemaVersioned`
 ability) refuses a database older than :data:`SCHEMA_VERSION`, naming the step to apply,
-and one newer, asking for a newer steerable. A database set up with the ``SCHEMA`` script of
-earlier releases is at version 1 already.
+and one newer, asking for a newer steerable. Each store object runs that check once, before
+its first call (one query in its lifetime), and refuses every verb until it passes. A
+database set up with the ``SCHEMA`` script of earlier releases is at version 1 already.
 
 Every verb is one SQL statement, so one round trip once asyncpg has prepared it on the
 connection. (A default asyncpg pool also sends a reset query as each connection goes back;

@@ -12,7 +12,7 @@ from steerable import codec
 from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.store import Steer
-from steerable.stores.migrations import refusal
+from steerable.stores.migrations import refusal, require
 from steerable.stores.postgres._schema import MIGRATIONS
 
 __all__ = ["APPLY", "Pool", "PostgresStore", "translated"]
@@ -137,7 +137,7 @@ class PostgresStore:
     the front door (:class:`steerable.Session`) validates them.
     """
 
-    __slots__ = ("pool",)
+    __slots__ = ("_checked", "pool")
 
     def __init__(self, pool: Pool) -> None:
         if isinstance(pool, str | bytes) or not hasattr(pool, "fetch"):
@@ -146,6 +146,7 @@ class PostgresStore:
                 f" {type(pool).__name__}: `PostgresStore(await asyncpg.create_pool(dsn))`"
             )
         self.pool = pool
+        self._checked = False  # this object has seen the database at SCHEMA_VERSION
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.pool!r})"
@@ -164,14 +165,23 @@ class PostgresStore:
 
         Older, it names the migration step to apply; newer, it asks for a newer steerable.
         """
-        error = refusal(await self.schema_version(), MIGRATIONS, store="Postgres", apply=APPLY)
-        if error is not None:
-            raise error
+        require(await self.schema_version(), MIGRATIONS, store="Postgres", apply=APPLY)
+        self._checked = True
+
+    async def _check_once(self) -> None:
+        """:meth:`check_schema`, once per store object, before its first call of any verb.
+
+        Reads too: a newer schema may keep a transcript where this steerable does not
+        look, and an older one lacks what it writes. One query per store object.
+        """
+        if not self._checked:
+            await self.check_schema()
 
     # -- the Store verbs -------------------------------------------------------------------
 
     async def messages(self, session: str) -> list[Message]:
         """The session's transcript, in position order (empty for a new session)."""
+        await self._check_once()
         with translated(f"read session {session!r}"):
             rows = await self.pool.fetch(_MESSAGES, session)
         return [
@@ -201,11 +211,13 @@ class PostgresStore:
     async def steer(self, session: str, steer: Steer) -> None:
         """Leave ``steer`` in the session's box; a steer id seen before is ignored."""
         body = codec.encode(steer.message())
+        await self._check_once()
         with translated(f"leave a steer for session {session!r}"):
             await self.pool.execute(_STEER, session, steer.id, body)
 
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting in the session's box, oldest first."""
+        await self._check_once()
         with translated(f"read the steers of session {session!r}"):
             rows = await self.pool.fetch(_STEERS, session)
         return [
@@ -218,6 +230,7 @@ class PostgresStore:
     async def _append(
         self, session: str, ids: list[str], bodies: list[str], at: int | None, take: int
     ) -> list[Message]:
+        await self._check_once()
         for _ in range(_RETRIES):
             with translated(f"save session {session!r}"):
                 try:

@@ -178,17 +178,22 @@ async def _killed(pool: Any) -> Any:
     return conn
 
 
+async def _on_a_dead_connection(pool: Any) -> MySQLStore:
+    """A store past its schema check (its first call) whose next connection is dead."""
+    first = _DeadFirst(pool, None)
+    store = MySQLStore(first)
+    await store.check_schema()
+    first.dead = await _killed(pool)
+    return store
+
+
 async def test_a_dead_connection_from_the_pool_costs_a_read_nothing(pool: Any) -> None:
     sid = f"mysql-{new_id()}"
     await MySQLStore(pool).save(sid, [user("a")], at=0)
     await MySQLStore(pool).steer(sid, Steer("waiting", "w"))
-    assert [
-        m.text for m in await MySQLStore(_DeadFirst(pool, await _killed(pool))).messages(sid)
-    ] == ["a"]
-    assert [s.id for s in await MySQLStore(_DeadFirst(pool, await _killed(pool))).steers(sid)] == [
-        "w"
-    ]
-    await MySQLStore(_DeadFirst(pool, await _killed(pool))).steer(sid, Steer("again", "w"))
+    assert [m.text for m in await (await _on_a_dead_connection(pool)).messages(sid)] == ["a"]
+    assert [s.id for s in await (await _on_a_dead_connection(pool)).steers(sid)] == ["w"]
+    await (await _on_a_dead_connection(pool)).steer(sid, Steer("again", "w"))
     assert [s.text for s in await MySQLStore(pool).steers(sid)] == ["waiting"]
 
 
@@ -197,7 +202,7 @@ async def test_a_save_on_a_dead_connection_is_not_sent_twice(pool: Any) -> None:
     # would take more steers than the caller hears of
     sid = f"mysql-{new_id()}"
     await MySQLStore(pool).steer(sid, Steer("waiting", "w"))
-    store = MySQLStore(_DeadFirst(pool, await _killed(pool)))
+    store = await _on_a_dead_connection(pool)
     with pytest.raises(StoreUnavailable, match="cannot reach the MySQL server"):
         await store.save(sid, [user("a")], at=0, take=16)
     assert await store.messages(sid) == []

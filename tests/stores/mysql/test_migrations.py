@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import steerable.stores.mysql as package
+from steerable import codec
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.messages import new_id, user
 from steerable.store import Steer
@@ -103,6 +104,12 @@ async def test_an_older_database_is_refused_naming_the_step_and_migrate_applies_
     store = MySQLStore(empty)
     with pytest.raises(StoreUnavailable, match=rf"step {step.version} \(the service's tables"):
         await store.check_schema()
+    for call in (  # every store object checks once, before its first call
+        lambda: MySQLStore(empty).save("s", [user("x")], at=0),
+        lambda: MySQLStore(empty).steers("s"),
+    ):
+        with pytest.raises(StoreUnavailable, match=rf"step {step.version} \(the service's"):
+            await call()
     assert await migrate(empty) == [step.version]
     assert await migrate(empty) == []
     await store.check_schema()
@@ -116,6 +123,8 @@ async def test_a_newer_database_asks_for_a_newer_steerable_and_is_left_alone(emp
         await MySQLStore(empty).check_schema()
     with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
         await migrate(empty)
+    with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
+        await MySQLStore(empty).save("s", [user("x")], at=0)
 
 
 async def test_replicas_migrating_at_once_apply_each_step_once(empty: Any) -> None:
@@ -132,9 +141,14 @@ async def test_a_database_of_the_old_schema_statements_is_adopted(empty: Any) ->
         warnings.simplefilter("ignore")
         for statement in MIGRATIONS[0].steps:
             await _query(empty, statement)
+    await _query(
+        empty,
+        "INSERT INTO steerable_messages (session, position, id, body)"
+        f" VALUES ('s', 0, 'k', '{codec.encode(user('kept', id='k'))}')",
+    )
     store = MySQLStore(empty)
-    await store.save("s", [user("kept")], at=0)
     assert await store.schema_version() == 0
+    with pytest.raises(StoreUnavailable, match=r"no steerable schema.*step 1"):
+        await store.messages("s")  # it records no version: the store cannot tell it
     assert await migrate(empty) == _LATEST  # step 1 again: every statement is idempotent
-    await store.check_schema()
     assert [m.text for m in await store.messages("s")] == ["kept"]

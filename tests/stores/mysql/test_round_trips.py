@@ -38,6 +38,7 @@ async def test_a_save_and_take_is_one_statement(autocommit: bool) -> None:
     sid = f"mysql-{new_id()}"
     async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
         store = MySQLStore(pool)
+        await store.check_schema()  # what a store object's first call does, once
         at = 0
         for step in range(3):  # nobody steers: each step saves and finds no steer
             batch = [user(f"step {step}"), user(f"tool results {step}")]
@@ -65,6 +66,8 @@ async def test_the_other_verbs_are_one_statement_with_autocommit() -> None:
     sid = f"mysql-{new_id()}"
     async with server.pool_on(maxsize=1, autocommit=True) as pool:
         store = MySQLStore(pool)
+        # a store object's first call also reads the schema version, once
+        assert await _statements(pool, lambda: store.steers(sid)) == 2
         for work in (
             lambda: store.steer(sid, Steer("s")),
             lambda: store.steers(sid),

@@ -87,6 +87,12 @@ async def test_an_older_database_is_refused_naming_the_step_and_migrate_applies_
         StoreUnavailable, match=rf"version {SCHEMA_VERSION};.*step {step.version} \(the service's"
     ):
         await store.check_schema()
+    for call in (  # every store object checks once, before its first call
+        lambda: PostgresStore(empty_schema).save("s", [user("x")], at=0),
+        lambda: PostgresStore(empty_schema).steers("s"),
+    ):
+        with pytest.raises(StoreUnavailable, match=rf"step {step.version} \(the service's"):
+            await call()
     assert await migrate(empty_schema) == [step.version]
     assert await migrate(empty_schema) == []
     await store.check_schema()
@@ -118,6 +124,8 @@ async def test_a_newer_database_asks_for_a_newer_steerable_and_is_left_alone(
         await PostgresStore(empty_schema).check_schema()
     with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
         await migrate(empty_schema)
+    with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
+        await PostgresStore(empty_schema).save("s", [user("x")], at=0)
 
 
 async def test_replicas_migrating_at_once_apply_each_step_once(empty_schema: Any) -> None:
