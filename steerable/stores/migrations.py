@@ -38,11 +38,11 @@ __all__ = [
     "validated",
 ]
 
-StepT = TypeVar("StepT")
+_StepT = TypeVar("_StepT")
 
 
 @dataclass(frozen=True, slots=True)
-class Migration(Generic[StepT]):
+class Migration(Generic[_StepT]):
     """One versioned step of a store's schema.
 
     ``steps`` are the backend's own: SQL statements, run in order, for Postgres and MySQL;
@@ -52,7 +52,7 @@ class Migration(Generic[StepT]):
 
     version: int
     summary: str
-    steps: tuple[StepT, ...]
+    steps: tuple[_StepT, ...]
 
 
 @runtime_checkable
@@ -81,7 +81,7 @@ async def check_schema(store: object) -> None:
         await store.check_schema()
 
 
-def validated(migrations: Sequence[Migration[StepT]]) -> tuple[Migration[StepT], ...]:
+def validated(migrations: Sequence[Migration[_StepT]]) -> tuple[Migration[_StepT], ...]:
     """``migrations`` as a tuple, if their versions are 1, 2, 3, ... in order."""
     versions = [m.version for m in migrations]
     if versions != list(range(1, len(versions) + 1)):
@@ -89,13 +89,13 @@ def validated(migrations: Sequence[Migration[StepT]]) -> tuple[Migration[StepT],
     return tuple(migrations)
 
 
-def pending(migrations: Sequence[Migration[StepT]], version: int) -> list[Migration[StepT]]:
+def pending(migrations: Sequence[Migration[_StepT]], version: int) -> list[Migration[_StepT]]:
     """The steps a database at schema ``version`` has still to apply, in order."""
     return [m for m in migrations if m.version > version]
 
 
 def refusal(
-    version: int, migrations: Sequence[Migration[StepT]], *, store: str, apply: str
+    version: int, migrations: Sequence[Migration[_StepT]], *, store: str, apply: str
 ) -> StoreUnavailable | None:
     """The error for a database at schema ``version``, or None if it is the latest.
 
@@ -121,7 +121,7 @@ def refusal(
 
 
 def require(
-    version: int, migrations: Sequence[Migration[StepT]], *, store: str, apply: str
+    version: int, migrations: Sequence[Migration[_StepT]], *, store: str, apply: str
 ) -> None:
     """Raise :func:`refusal`'s error for a database at schema ``version``, if there is one.
 

@@ -36,6 +36,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
 
 from steerable.stores.mysql._migrate import migrate
 from steerable.stores.mysql._schema import MIGRATIONS, SCHEMA_VERSION
-from steerable.stores.mysql._store import MySQLStore
+from steerable.stores.mysql._store import MySQLStore, Pool
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "MySQLStore", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "MySQLStore", "Pool", "migrate"]

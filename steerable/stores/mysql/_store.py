@@ -76,8 +76,13 @@ class _Connection(Protocol):
 class Pool(Protocol):
     """What :class:`MySQLStore` uses of an ``aiomysql.Pool``."""
 
-    def acquire(self) -> Awaitable[Any]: ...
-    def release(self, conn: Any) -> Awaitable[None]: ...
+    def acquire(self) -> Awaitable[Any]:
+        """A connection of the pool, waiting for one if all are in use."""
+        ...
+
+    def release(self, conn: Any) -> Awaitable[None]:
+        """Give ``conn`` back to the pool (a closed one is dropped)."""
+        ...
 
 
 class MySQLStore:

@@ -1,5 +1,5 @@
-"""The MongoDB store's packaging: what it takes and the names it exports (the driver
-boundary of every store: tests/stores/test_packages.py)."""
+"""The MongoDB store's packaging: what it takes (its exported names: tests/test_exports.py;
+the driver boundary of every store: tests/test_extras.py)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,3 @@ def test_a_sync_database_is_refused_clearly() -> None:
         pytest.raises(UsageError, match="AsyncDatabase"),
     ):
         MongoStore(client["db"])  # type: ignore[arg-type]
-
-
-def test_the_exported_names() -> None:
-    import steerable.stores.mongodb as package
-
-    assert sorted(package.__all__) == [
-        "COLLECTIONS",
-        "MIGRATIONS",
-        "MongoStore",
-        "SCHEMA_VERSION",
-        "migrate",
-    ]

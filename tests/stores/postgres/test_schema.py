@@ -7,22 +7,11 @@ from typing import Any
 
 import pytest
 
-import steerable.stores.postgres as postgres
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.messages import user
 from steerable.stores import migrations
 from steerable.stores.migrations import Migration, SchemaVersioned, check_schema
 from steerable.stores.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore, migrate
-
-
-def test_the_package_exports_exactly_its_public_names() -> None:
-    assert sorted(postgres.__all__) == [
-        "MIGRATIONS",
-        "Pool",
-        "PostgresStore",
-        "SCHEMA_VERSION",
-        "migrate",
-    ]
 
 
 def test_the_migrations_are_numbered_in_order_and_the_version_is_the_last() -> None:
