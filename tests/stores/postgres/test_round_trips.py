@@ -22,11 +22,11 @@ async def _no_reset(connection: Any) -> None:
 async def wire() -> AsyncIterator[Wire]:
     """A relay to the server that counts the messages clients send."""
     wire = Wire(*server_address())
-    await wire.start()
+    await wire.restore()
     try:
         yield wire
     finally:
-        await wire.stop()
+        await wire.cut()
 
 
 @pytest.mark.parametrize("steered", [False, True], ids=["nobody-steered", "a-steer-waits"])

@@ -105,7 +105,7 @@ async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) 
     # The line dies as the server answers: the client gets StoreUnavailable, yet the save
     # and the steers it took are stored, each steer once; a retry sees a conflict.
     wire = Wire(*server_address())
-    await wire.start()
+    await wire.restore()
     pool = await create_pool(database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1)
     try:
         store = PostgresStore(pool)
@@ -124,7 +124,7 @@ async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) 
         assert await store.take_steers(sid, at=None, limit=16) == []
     finally:
         await pool.close()
-        await wire.stop()
+        await wire.cut()
     assert stored == [prompt, *step, steer.message()]
 
 

@@ -4,8 +4,8 @@ Tests point a pool at the relay instead of the server. Every message the client 
 read whole and counted by its protocol type before it goes on, so a test can count round
 trips (a ``Sync`` or ``Flush`` ends one in the extended protocol, a ``Query`` in the
 simple one). The
-relay can also drop every connection (the server went away, for the client), stop
-listening (connection refused), or cut a connection just as the server answers a statement
+relay can also do what every :class:`~tests.stores.relay.Relay` does (drop every
+connection, stop listening), and cut a connection just as the server answers a statement
 (the client never learns that its statement committed). The shared server is never touched.
 """
 
@@ -17,20 +17,19 @@ import struct
 from collections import Counter
 from collections.abc import Iterator
 
+from tests.stores.relay import Relay
+
 _STARTUP = 196608  # protocol 3.0; the untyped messages before it are SSL/GSS requests
 
 
-class Wire:
-    """A relay to ``host:port``; :meth:`start` it, point a pool at :attr:`port`."""
+class Wire(Relay):
+    """A relay to ``host:port``; :meth:`restore` it, point a pool at :attr:`port`."""
 
     def __init__(self, host: str, port: int) -> None:
-        self.host, self.upstream = host, port
-        self.port = 0
+        super().__init__(host, port)
         self.sent: Counter[str] = Counter()  # client messages by type: "S" Sync, "Q" Query
         self.cut_on_reply = False  # cut the line when the server answers the next Execute
         self.cuts = 0
-        self._server: asyncio.Server | None = None
-        self._lines: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._armed: set[asyncio.StreamWriter] = set()
 
     @property
@@ -38,44 +37,8 @@ class Wire:
         """Round trips the clients made: each ``Sync``, ``Flush`` or simple ``Query`` waits."""
         return self.sent["S"] + self.sent["H"] + self.sent["Q"]
 
-    async def start(self) -> None:
-        """Listen (again, on the same port after :meth:`stop`)."""
-        self._server = await asyncio.start_server(self._line, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        """Stop listening and drop every connection: Postgres is gone, for the client."""
-        if self._server is not None:
-            self._server.close()
-            self.drop()
-            await self._server.wait_closed()
-            self._server = None
-
-    def drop(self) -> None:
-        """Cut every connection at once, as a server crash or a network failure would."""
-        for client, server in list(self._lines):
-            client.transport.abort()
-            server.transport.abort()
-
-    async def _line(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        try:
-            server_r, server_w = await asyncio.open_connection(self.host, self.upstream)
-        except OSError:
-            client_w.transport.abort()
-            return
-        line = (client_w, server_w)
-        self._lines.add(line)
-        try:
-            await asyncio.gather(
-                self._up(client_r, server_w, client_w),
-                self._down(server_r, client_w, server_w),
-                return_exceptions=True,
-            )
-        finally:
-            self._lines.discard(line)
-            self._armed.discard(client_w)
-            client_w.transport.abort()
-            server_w.transport.abort()
+    def _ended(self, client: asyncio.StreamWriter) -> None:
+        self._armed.discard(client)
 
     async def _up(
         self,
