@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -113,5 +114,17 @@ async def open_store(database: str, **client_options: Any) -> AsyncIterator[Mong
     try:
         await migrate(client[database])  # what the application runs when it deploys
         yield MongoStore(client[database])
+    finally:
+        await client.close()
+
+
+@asynccontextmanager
+async def scratch_database() -> AsyncIterator[Any]:
+    """An empty database of its own on the test server, dropped at the end of the block."""
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(os.environ[URI_VARIABLE])
+    database = client[f"steerable_migrations_{uuid.uuid4().hex[:8]}"]
+    try:
+        yield database
+        await client.drop_database(database.name)
     finally:
         await client.close()

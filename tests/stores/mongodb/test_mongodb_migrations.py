@@ -1,25 +1,22 @@
-"""The MongoDB store's migrations: a fresh database, an older one, a newer one, races, and
-a database of layout 1 converted by step 2."""
+"""What the MongoDB store's migrations do beyond every server store's (those:
+tests/stores/test_server_migrations.py): the index, reads before the migrations, the
+layout of ``create_indexes``, and a database of layout 1 converted by step 2."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
 from steerable import codec
 from steerable.errors import InvalidMessage, StoreUnavailable
 from steerable.messages import Message, user
 from steerable.store import Steer
-from steerable.stores.migrations import SchemaVersioned, check_schema
-from steerable.stores.mongodb import COLLECTIONS, MIGRATIONS, SCHEMA_VERSION, MongoStore, migrate
-from tests.stores.mongodb._server import URI_VARIABLE
+from steerable.stores.mongodb import COLLECTIONS, MIGRATIONS, MongoStore, migrate
+from tests.stores.mongodb._server import scratch_database
 
 pytestmark = pytest.mark.usefixtures("mongo_server")
 
@@ -29,23 +26,12 @@ _ALL = [m.version for m in MIGRATIONS]
 @pytest.fixture
 async def db() -> AsyncIterator[AsyncDatabase[Any]]:
     """An empty database of its own, dropped after the test."""
-    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(os.environ[URI_VARIABLE])
-    database = client[f"steerable_migrations_{uuid.uuid4().hex[:8]}"]
-    try:
+    async with scratch_database() as database:
         yield database
-        await client.drop_database(database.name)
-    finally:
-        await client.close()
 
 
-async def test_a_fresh_database_migrated_passes_the_check(db: AsyncDatabase[Any]) -> None:
-    store = MongoStore(db)
-    assert isinstance(store, SchemaVersioned)
-    assert await store.schema_version() == 0
-    assert await migrate(db) == _ALL
-    assert await migrate(db) == []
-    assert await store.schema_version() == SCHEMA_VERSION
-    await check_schema(store)
+async def test_the_collections_and_the_unique_index_are_made(db: AsyncDatabase[Any]) -> None:
+    await migrate(db)
     assert set(COLLECTIONS) <= set(await db.list_collection_names())
     ids_index = (await db["steerable_sessions"].index_information())["steerable_session_ids"]
     assert ids_index["key"] == [("s", 1), ("k", 1)] and ids_index["unique"]
@@ -68,39 +54,6 @@ async def test_without_the_migrations_nothing_is_written(db: AsyncDatabase[Any])
     await migrate(db)
     await store.save("s", [user("x")], at=0)  # the same store object, now it may
     assert [m.text for m in await store.messages("s")] == ["x"]
-
-
-async def test_an_older_database_is_refused_naming_the_step(db: AsyncDatabase[Any]) -> None:
-    await migrate(db)
-    await db["steerable_schema"].delete_one({"_id": 2})
-    with pytest.raises(StoreUnavailable, match=r"version 1;.*step 2 \(layout 2"):
-        await MongoStore(db).check_schema()
-    with pytest.raises(StoreUnavailable, match=r"step 2 \(layout 2"):
-        await MongoStore(db).save("s", [user("x")], at=0)
-    assert await migrate(db) == [2]
-    await MongoStore(db).check_schema()
-
-
-async def test_a_newer_database_asks_for_a_newer_steerable_and_is_left_alone(
-    db: AsyncDatabase[Any],
-) -> None:
-    await migrate(db)
-    await db["steerable_schema"].insert_one({"_id": 99})
-    with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
-        await MongoStore(db).check_schema()
-    with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
-        await migrate(db)
-    with pytest.raises(StoreUnavailable, match=r"version 99.*upgrade steerable"):
-        await MongoStore(db).save("s", [user("x")], at=0)
-
-
-async def test_replicas_migrating_at_once_all_succeed(db: AsyncDatabase[Any]) -> None:
-    # No lock: each runs the steps it found unrecorded, and they may overlap
-    results = await asyncio.gather(*(migrate(db) for _ in range(4)))
-    assert _ALL in results
-    assert all(applied == _ALL[len(_ALL) - len(applied) :] for applied in results)
-    assert sorted([d["_id"] async for d in db["steerable_schema"].find()]) == _ALL
-    await MongoStore(db).check_schema()
 
 
 async def test_a_database_of_create_indexes_is_adopted(db: AsyncDatabase[Any]) -> None:

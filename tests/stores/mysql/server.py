@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -72,3 +73,24 @@ async def query(sql: str, args: tuple[Any, ...] = (), *, database: str | None = 
             return await cur.fetchall()
     finally:
         conn.close()
+
+
+@asynccontextmanager
+async def scratch_database() -> AsyncIterator[Any]:
+    """A pool on a new, empty database of its own, dropped at the end of the block."""
+    name = f"{DATABASE}_m{uuid.uuid4().hex[:8]}"
+    await query(f"CREATE DATABASE {name} CHARACTER SET utf8mb4", database=None)
+    try:
+        async with pool_on(name) as pool:
+            yield pool
+    finally:
+        await query(f"DROP DATABASE {name}", database=None)
+
+
+async def on_pool(pool: Any, sql: str) -> Any:
+    """Run one statement on a connection of ``pool`` and commit; its rows."""
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        await cur.execute(sql)
+        rows = await cur.fetchall()
+        await conn.commit()
+        return rows
