@@ -14,6 +14,9 @@ import contextlib
 
 from steerable.store import Store
 
+Reader = asyncio.StreamReader
+Writer = asyncio.StreamWriter
+
 
 class Relay:
     """Bytes both ways between clients of :attr:`port` and ``host:upstream``.
@@ -80,20 +83,10 @@ class Relay:
     def _ended(self, client: asyncio.StreamWriter) -> None:
         """A line of ``client`` is over (a subclass forgets what it kept for it)."""
 
-    async def _up(
-        self,
-        reader: asyncio.StreamReader,
-        server: asyncio.StreamWriter,
-        client: asyncio.StreamWriter,
-    ) -> None:
+    async def _up(self, reader: Reader, server: Writer, client: Writer) -> None:
         await _pipe(reader, server)
 
-    async def _down(
-        self,
-        reader: asyncio.StreamReader,
-        client: asyncio.StreamWriter,
-        server: asyncio.StreamWriter,
-    ) -> None:
+    async def _down(self, reader: Reader, client: Writer, server: Writer) -> None:
         await _pipe(reader, client)
 
 

@@ -128,11 +128,7 @@ class MySQLStore:
         self._checked = True
 
     async def _check_once(self) -> None:
-        """:meth:`check_schema`, once per store object, before its first call of any verb.
-
-        Reads too: a newer schema may keep a transcript where this steerable does not
-        look, and an older one lacks what it writes. One statement per store object.
-        """
+        # before this object's first verb, reads too: see the package docstring
         if not self._checked:
             await self.check_schema()
 

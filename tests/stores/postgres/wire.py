@@ -17,7 +17,7 @@ import struct
 from collections import Counter
 from collections.abc import Iterator
 
-from tests.stores.relay import Relay
+from tests.stores.relay import Reader, Relay, Writer
 
 _STARTUP = 196608  # protocol 3.0; the untyped messages before it are SSL/GSS requests
 
@@ -40,12 +40,7 @@ class Wire(Relay):
     def _ended(self, client: asyncio.StreamWriter) -> None:
         self._armed.discard(client)
 
-    async def _up(
-        self,
-        reader: asyncio.StreamReader,
-        server: asyncio.StreamWriter,
-        client: asyncio.StreamWriter,
-    ) -> None:
+    async def _up(self, reader: Reader, server: Writer, client: Writer) -> None:
         with _closing(server), contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:  # untyped messages until the startup packet
                 head = await reader.readexactly(8)
@@ -68,12 +63,7 @@ class Wire(Relay):
                 server.write(kind + head + body)
                 await server.drain()
 
-    async def _down(
-        self,
-        reader: asyncio.StreamReader,
-        client: asyncio.StreamWriter,
-        server: asyncio.StreamWriter,
-    ) -> None:
+    async def _down(self, reader: Reader, client: Writer, server: Writer) -> None:
         with _closing(client), contextlib.suppress(ConnectionError):
             while chunk := await reader.read(65536):
                 if client in self._armed:
