@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from steerable import (
-    ModelRequest,
     Run,
     Runner,
     ScriptedModel,
@@ -18,6 +17,7 @@ from steerable import (
 from steerable.events import Ended, Event, ToolEnded
 from steerable.models.scripted import call
 from steerable.stores.memory import MemoryStore
+from tests.core.support import hanging_model
 
 
 async def collect(run: Run) -> list[Event]:
@@ -25,14 +25,8 @@ async def collect(run: Run) -> list[Event]:
 
 
 async def test_cancelling_the_awaiter_ends_every_event_stream_and_still_propagates() -> None:
-    entered = asyncio.Event()
-
-    async def hang(request: ModelRequest) -> str:
-        entered.set()
-        await asyncio.sleep(3600)
-        return "never"
-
-    run = Runner.start(Spec(), "go", ScriptedModel([hang]))
+    model, entered = hanging_model()
+    run = Runner.start(Spec(), "go", model)
     streams = [asyncio.create_task(collect(run)) for _ in range(2)]
 
     async def caller() -> None:
@@ -93,14 +87,8 @@ async def test_a_run_cancelled_during_its_tool_calls_ends_with_a_valid_transcrip
 
 @pytest.mark.parametrize("stop_first", [True, False])
 async def test_a_stop_and_a_cancellation_at_once_still_cancel_the_awaiter(stop_first: bool) -> None:
-    entered = asyncio.Event()
-
-    async def hang(request: ModelRequest) -> str:
-        entered.set()
-        await asyncio.sleep(3600)
-        return "never"
-
-    run = Runner.start(Spec(), "go", ScriptedModel([hang]))
+    model, entered = hanging_model()
+    run = Runner.start(Spec(), "go", model)
     stream = asyncio.create_task(collect(run))
 
     async def caller() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from steerable import (
 from steerable.models.scripted import ScriptEntry, call
 from steerable.stores.memory import MemoryStore
 from steerable.stores.sqlite import SQLiteStore
+from tests.core.support import hanging_model
 
 
 class FlakyStore:
@@ -168,14 +168,8 @@ async def test_a_save_that_committed_though_it_raised_records_its_steer_once(
 
 async def test_a_stopped_run_leaves_its_unapplied_steers_in_the_store(store: Store) -> None:
     session = open_session("s", store)
-    entered = asyncio.Event()
-
-    async def hang(request: object) -> str:
-        entered.set()
-        await asyncio.sleep(3600)
-        return "never"
-
-    run = Runner.start(Spec(session=session), "go", ScriptedModel([hang]))
+    model, entered = hanging_model()
+    run = Runner.start(Spec(session=session), "go", model)
     await entered.wait()
     run.steer("first", id="a")
     run.steer("second", id="b")

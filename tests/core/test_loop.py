@@ -31,6 +31,7 @@ from steerable.errors import ScriptExhausted
 from steerable.events import Ended, Event, Replied, Saved, ToolEnded, ToolStarted
 from steerable.models.scripted import ScriptEntry, call
 from steerable.stores.memory import MemoryStore
+from tests.core.support import hanging_model
 
 
 def echo(text: str) -> str:
@@ -159,14 +160,8 @@ async def test_stop_during_a_tool_call_ends_the_run_with_a_valid_transcript() ->
 
 
 async def test_stop_during_the_model_request() -> None:
-    entered = asyncio.Event()
-
-    async def hang(request: ModelRequest) -> str:
-        entered.set()
-        await asyncio.sleep(3600)
-        return "never"
-
-    run = Runner.start(Spec(), "go", ScriptedModel([hang]))
+    model, entered = hanging_model()
+    run = Runner.start(Spec(), "go", model)
     await entered.wait()
     run.stop()
     result = await run
@@ -182,15 +177,10 @@ async def test_stop_before_the_first_request() -> None:
 
 
 async def test_cancelling_the_run_task_propagates() -> None:
-    entered = asyncio.Event()
-
-    async def hang(request: ModelRequest) -> str:
-        entered.set()
-        await asyncio.sleep(3600)
-        return "never"
+    model, entered = hanging_model()
 
     async def caller() -> None:
-        await Runner.run(Spec(), "go", ScriptedModel([hang]))
+        await Runner.run(Spec(), "go", model)
 
     task = asyncio.create_task(caller())
     await entered.wait()
