@@ -28,7 +28,7 @@ from steerable.loop import PATTERNS
 from steerable.messages import Message, user
 from steerable.models.base import Model
 from steerable.spec import EndReason, Result, Spec
-from steerable.store import Steer
+from steerable.store import Steer, as_steer
 
 __all__ = ["EndReason", "Result", "Run", "Runner", "Spec"]
 
@@ -67,13 +67,7 @@ class Run:
         session's store) is ignored, and the one first seen is returned: a client that
         retries is safe. Steering a run that has ended is a :class:`UsageError`.
         """
-        if isinstance(text, Steer):
-            steer = text
-        elif id is None:
-            steer = Steer(text)
-        else:
-            steer = Steer(text, id)  # an empty id is refused, as Session.steer refuses it
-        return self._control.steer(steer)
+        return self._control.steer(as_steer(text, id))
 
     def stop(self) -> None:
         """End the run now: a model request or tool call under way is cancelled.

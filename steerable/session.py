@@ -23,6 +23,7 @@ from steerable.messages import Message
 from steerable.store import (
     Steer,
     Store,
+    as_steer,
     check_count,
     check_messages,
     check_session_id,
@@ -58,12 +59,7 @@ class Session:
 
     async def steer(self, text: str | Steer, *, id: str | None = None) -> Steer:
         """Leave a steer for the run working on this session (or the next one)."""
-        if isinstance(text, Steer):
-            steer = text
-        elif id is None:
-            steer = Steer(text)
-        else:
-            steer = Steer(text, id)
+        steer = as_steer(text, id)
         await self.store.steer(self.id, steer)
         return steer
 

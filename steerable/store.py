@@ -61,6 +61,16 @@ class Steer:
         return Message("user", (Text(self.text),), id=self.id, steered=True)
 
 
+def as_steer(text: str | Steer, id: str | None = None) -> Steer:
+    """``text`` if it is a :class:`Steer`, else a steer of it (under ``id``, or a new one).
+
+    An ``id`` given is used as it is, so an empty one is refused rather than replaced.
+    """
+    if isinstance(text, Steer):
+        return text
+    return Steer(text) if id is None else Steer(text, id)
+
+
 @runtime_checkable
 class Store(Protocol):
     """A backend that keeps transcripts and steer boxes; see the module docstring."""
