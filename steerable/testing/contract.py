@@ -22,7 +22,7 @@ import asyncio
 import inspect
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import pytest
 
@@ -107,12 +107,7 @@ class StoreContract(_Cases):
             yield None
             return
         with asyncio.Runner() as runner:
-            manager = lifespan()
-            value = runner.run(manager.__aenter__())
-            try:
-                yield value
-            finally:
-                runner.run(manager.__aexit__(None, None, None))
+            yield from _entered(runner, lifespan())
 
     @pytest.fixture
     def case_runner(self, request: pytest.FixtureRequest) -> Iterator[asyncio.Runner]:
@@ -131,9 +126,16 @@ class StoreContract(_Cases):
     @pytest.fixture
     def store(self, case_runner: asyncio.Runner, store_factory: OpenStore) -> Iterator[Store]:
         """A store object from ``store_factory``, opened in the case's own loop."""
-        manager = store_factory()
-        store = case_runner.run(manager.__aenter__())
-        try:
-            yield store
-        finally:
-            case_runner.run(manager.__aexit__(None, None, None))
+        yield from _entered(case_runner, store_factory())
+
+
+_T = TypeVar("_T")
+
+
+def _entered(runner: asyncio.Runner, manager: AbstractAsyncContextManager[_T]) -> Iterator[_T]:
+    """What ``manager`` yields, entered and (after the consumer is done) left in ``runner``."""
+    value = runner.run(manager.__aenter__())
+    try:
+        yield value
+    finally:
+        runner.run(manager.__aexit__(None, None, None))
