@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 # before steerable.testing.cases is imported anywhere: its plain asserts then show diffs
-pytest.register_assert_rewrite("steerable.testing.cases")
+pytest.register_assert_rewrite("steerable.testing.cases", "steerable.testing.service_cases")
 
 
 def pytest_configure(config: pytest.Config) -> None:

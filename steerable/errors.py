@@ -8,6 +8,7 @@ Every exception of the library derives from :class:`SteerableError`::
     ├── StoreError             a store could not do what was asked
     │   ├── StoreUnavailable   the backend cannot be reached, opened or written
     │   ├── TranscriptConflict a save that does not extend what is stored
+    │   ├── Fenced             a write of a lease another replica has since claimed
     │   └── CorruptRecord      a stored row that cannot be read back
     └── ModelError             a model failed or refused a request
         ├── ProviderError      a provider refused the request or failed after retries
@@ -55,6 +56,23 @@ class TranscriptConflict(StoreError):
         super().__init__(
             f"session {session!r}: the save expected {expected} stored messages but the store"
             f" has {stored}; another writer extended the transcript first"
+        )
+
+
+class Fenced(StoreError):
+    """A write under a lease whose epoch is stale: another replica claimed the session since.
+
+    Nothing was written. The holder that gets it has lost the session and must stop its turn
+    without recording anything more; the new holder carries the turn on.
+    """
+
+    def __init__(self, session: str, epoch: int, current: int | None) -> None:
+        self.session = session
+        self.epoch = epoch
+        self.current = current
+        super().__init__(
+            f"session {session!r}: the lease of epoch {epoch} is stale (the session is at"
+            f" epoch {current}); another replica claimed it, and this write was refused"
         )
 
 

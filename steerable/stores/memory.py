@@ -16,6 +16,7 @@ from steerable import codec
 from steerable.errors import InvalidMessage, TranscriptConflict
 from steerable.messages import Message
 from steerable.store import Steer
+from steerable.stores._memory_service import MemoryServiceTables
 
 __all__ = ["MemoryStore"]
 
@@ -28,12 +29,17 @@ class _Session:
     seen: set[str] = field(default_factory=set)  # every steer id ever left
 
 
-class MemoryStore:
-    """A :class:`steerable.Store` held in a dict."""
+class MemoryStore(MemoryServiceTables):
+    """A :class:`steerable.Store` and a service store, held in dicts."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+        self._service_init()
+
+    def _transcript(self, session: str) -> tuple[list[Message], set[str]]:
+        state = self._get(session)
+        return state.transcript, state.ids
 
     def _get(self, session: str) -> _Session:
         state = self._sessions.get(session)

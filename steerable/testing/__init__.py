@@ -22,7 +22,7 @@ import sys
 import pytest
 
 if "steerable.testing.cases" not in sys.modules:  # the plugin registers it, unless disabled
-    pytest.register_assert_rewrite("steerable.testing.cases")
+    pytest.register_assert_rewrite("steerable.testing.cases", "steerable.testing.service_cases")
 
 from steerable.testing.abilities import (
     ABILITIES,
@@ -37,7 +37,8 @@ from steerable.testing.abilities import (
     needs,
 )
 from steerable.testing.cases import CASES
-from steerable.testing.contract import StoreContract
+from steerable.testing.contract import ServiceContract, StoreContract
+from steerable.testing.service_cases import SERVICE_CASES
 
 __all__ = [
     "ABILITIES",
@@ -50,6 +51,8 @@ __all__ = [
     "Lockable",
     "OpenStore",
     "Outage",
+    "SERVICE_CASES",
+    "ServiceContract",
     "StoreContract",
     "needs",
 ]

@@ -28,10 +28,10 @@ import pytest
 
 from steerable.errors import UsageError
 from steerable.store import Store
-from steerable.testing import cases
+from steerable.testing import cases, service_cases
 from steerable.testing.abilities import ABILITIES, HOOKS, OpenStore
 
-__all__ = ["StoreContract"]
+__all__ = ["ServiceContract", "StoreContract"]
 
 _Case: TypeAlias = Callable[..., Coroutine[Any, Any, None]]
 
@@ -47,7 +47,7 @@ def _test_for(case: _Case) -> Callable[..., None]:
     fixtures = [name for name in parameters if name != "hooks"]
     wants_hooks = "hooks" in parameters
 
-    def test(self: StoreContract, case_runner: asyncio.Runner, **values: Any) -> None:
+    def test(self: _Contract, case_runner: asyncio.Runner, **values: Any) -> None:
         if wants_hooks:
             values["hooks"] = self
         case_runner.run(case(**values))
@@ -80,12 +80,18 @@ class _Cases:
     """One test per case of the suite, mixed into :class:`StoreContract`."""
 
 
+class _ServiceCases:
+    """One test per case of the service suite, mixed into :class:`ServiceContract`."""
+
+
 for _case in cases.CASES:
     setattr(_Cases, f"test_{_case.__name__}", _test_for(_case))
+for _case in service_cases.SERVICE_CASES:
+    setattr(_ServiceCases, f"test_{_case.__name__}", _test_for(_case))
 
 
-class StoreContract(_Cases):
-    """Derive a ``Test...`` class from this to run the whole store contract on a store.
+class _Contract:
+    """The fixtures both contracts share: the case's loop, the store, the class lifespan.
 
     Give it a ``store_factory`` fixture (an :data:`~steerable.testing.OpenStore`) and
     declare its abilities with ``@pytest.mark.store_abilities(...)`` (the names and what
@@ -127,6 +133,22 @@ class StoreContract(_Cases):
     def store(self, case_runner: asyncio.Runner, store_factory: OpenStore) -> Iterator[Store]:
         """A store object from ``store_factory``, opened in the case's own loop."""
         yield from _entered(case_runner, store_factory())
+
+
+class StoreContract(_Cases, _Contract):
+    """Derive a ``Test...`` class from this to run the whole store contract on a store.
+
+    See :class:`_Contract` for the fixture it needs and the abilities it reads.
+    """
+
+
+class ServiceContract(_ServiceCases, _Contract):
+    """Derive a ``Test...`` class from this to run the service store contract on a store.
+
+    The store the factory opens implements :class:`steerable.Store` and
+    :class:`steerable.service_store.ServiceStore`; the fixture and abilities are those of
+    :class:`StoreContract` (a backend's two test classes can share one ``store_factory``).
+    """
 
 
 _T = TypeVar("_T")

@@ -1,0 +1,343 @@
+"""The service's side of a store: inputs, turns, leases and durable events, one async Protocol.
+
+The service (:mod:`steerable.service`) makes a session a queue of *turns* answered by any
+number of replicas that share one database. Everything it must agree on lives in the
+store, behind :class:`ServiceStore`, next to the transcript of :class:`steerable.Store`
+(a backend implements both, over one database):
+
+- **Inputs.** ``enqueue`` records a *send* or a *steer* with an id, in one per-session order
+  of arrival (``seq`` 1, 2, ...). An id the session has seen is the same input: nothing
+  changes and the first answer is given again (``Accepted.duplicate``). A steer that
+  arrives while a turn runs, that turn is not stopping, takes steers and has been offered
+  fewer than its ``cap`` is *offered* to it (``Accepted.turn``); any other input waits to be
+  a turn of its own (``turn`` None).
+- **Turns.** A turn is named by its prompt: the turn whose prompt is input ``x`` has id
+  ``x``. ``claim`` starts the next turn of a session that has work and no live lease: its
+  prompt is the waiting input that came first and no running turn was offered. A claim of
+  a session whose running turn's lease expired takes that turn over instead (``resumed``).
+- **Leases and fencing.** A claim makes the claimer the session's holder until
+  ``expires_at``, on the database's clock, and grows the session's ``epoch`` by one. Every
+  write of a holder (``step``, ``end_turn``, ``renew``) carries its :class:`Lease` and is
+  refused whole with :class:`steerable.errors.Fenced` when the session's epoch is no
+  longer the lease's (another replica claimed it since). An expired lease nobody claimed
+  since still writes: fencing is by epoch, and nobody else holds the session.
+- **Steps.** ``step`` is the core's save-and-take, fenced: it appends messages at ``at``
+  (a :class:`~steerable.errors.TranscriptConflict` otherwise), then takes up to ``take``
+  of the steers offered to the turn, in order, and records each as a steered user message
+  after them; one atomic operation. A turn whose stop was asked takes none.
+- **Ends.** ``end_turn`` records the turn's outcome once, frees the steers offered to it
+  that it never took (each is then a turn of its own, in its place in the order: before
+  anything sent after it) and releases the lease, in one atomic operation.
+- **Stop.** ``stop`` marks the running turn; its holder learns it from ``renew`` (or from a
+  :class:`Hint`, where the store notifies) and ends the turn ``stopped``.
+- **Views and events.** ``status``, ``input``, ``turn``, ``transcript`` read what the
+  writes above recorded; every write also appends durable :class:`ServiceEvent` rows with
+  per-session ids 1, 2, ... that are the same read from any replica.
+
+A session nobody wrote to has an empty status, no inputs, no events: not an error. The
+store trusts its arguments' types; :class:`steerable.service.Service` checks them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from steerable.errors import UsageError
+from steerable.messages import Message, Text, new_id
+
+InputKind = Literal["send", "steer"]
+"""A *send* waits to be a turn of its own; a *steer* joins the running turn if it can."""
+
+EndState = Literal["completed", "stopped", "failed", "max_steps"]
+"""How a turn ended."""
+
+TurnState = Literal["queued", "running", "completed", "stopped", "failed", "max_steps"]
+"""A turn's state: ``queued`` (its prompt waits), ``running``, then how it ended."""
+
+InputState = Literal["waiting", "taken", "prompt"]
+"""An input's fate: still waiting, taken by a turn at a step, or the prompt of a turn."""
+
+EventKind = Literal[
+    "input", "turn_started", "holder", "step", "steers_taken", "message", "stop", "turn_ended"
+]
+"""The kinds of durable events (see :class:`ServiceEvent`)."""
+
+END_STATES: tuple[EndState, ...] = ("completed", "stopped", "failed", "max_steps")
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """A message sent to a session: a send or a steer, with an id (a new one by default)."""
+
+    kind: InputKind
+    text: str
+    id: str = field(default_factory=new_id)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("send", "steer"):
+            raise UsageError(f"an input is a 'send' or a 'steer', not {self.kind!r}")
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise UsageError(f"an input's text is a non-empty str, not {self.text!r}")
+        if not isinstance(self.id, str) or not self.id or "\x00" in self.id:
+            raise UsageError(f"an input id is a non-empty str without NUL, not {self.id!r}")
+
+    def message(self, *, steered: bool) -> Message:
+        """The user message that records this input in the transcript, under its id."""
+        return Message("user", (Text(self.text),), id=self.id, steered=steered)
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What ``enqueue`` recorded: the input's place and where it is going.
+
+    ``turn`` is the running turn a steer was offered to (None for a send, and for a steer
+    that will be a turn of its own). ``ahead`` counts the turns that come before the one
+    this input would start: the running turn, if any, and the inputs waiting before it
+    that no turn was offered; 0 for a send means it starts now. ``duplicate`` is True when
+    the id had been seen: nothing changed, and the fields are the first answer's.
+    """
+
+    id: str
+    kind: InputKind
+    seq: int
+    turn: str | None
+    ahead: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A replica's hold on a session: ``holder``, ``epoch`` and the database-clock expiry."""
+
+    session: str
+    holder: str
+    epoch: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A turn a replica is now to run under ``lease``.
+
+    ``prompt`` is the input that is the turn's prompt (its id is the turn's id), ``start``
+    the transcript position the turn starts at, ``messages`` the session's transcript at
+    the claim. ``resumed`` says another holder ran this turn before (a takeover): carry it
+    on from ``messages``; ``steps`` and ``steers_taken`` are what it did so far, ``cap``
+    the steers it may take in all, ``stop_requested`` whether a stop is waiting for it.
+    """
+
+    lease: Lease
+    turn: str
+    prompt: Input
+    start: int
+    messages: list[Message]
+    resumed: bool
+    steps: int
+    steers_taken: int
+    cap: int
+    stop_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """A renewed lease, and whether a stop was asked for its turn."""
+
+    lease: Lease
+    stop_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a turn ended: its state, the final answer's text, and an error's description."""
+
+    state: EndState
+    text: str = ""
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.state not in END_STATES:
+            raise UsageError(f"a turn ends in one of {END_STATES}, not {self.state!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnView:
+    """A turn as the store has it.
+
+    ``holder``, ``epoch`` and ``lease_expires_at`` describe the lease while it runs (None
+    otherwise); ``start`` and ``end`` bound its messages in the transcript (``end`` None
+    until it ended); ``text`` and ``error`` are its outcome's.
+    """
+
+    id: str
+    state: TurnState
+    holder: str | None = None
+    epoch: int | None = None
+    lease_expires_at: float | None = None
+    steps: int = 0
+    steers_taken: int = 0
+    stop_requested: bool = False
+    start: int | None = None
+    end: int | None = None
+    text: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InputView:
+    """An input and its fate.
+
+    ``state`` ``waiting``: ``turn`` is the running turn it was offered to, or None (it will be
+    a turn of its own). ``taken``: taken by ``turn`` at its step ``step``. ``prompt``: it is the
+    prompt of ``turn`` (its own id).
+    """
+
+    id: str
+    kind: InputKind
+    text: str
+    seq: int
+    state: InputState
+    turn: str | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A session now: its running turn, the inputs waiting, and how many wait to be turns."""
+
+    session: str
+    turn: TurnView | None
+    waiting: list[InputView]
+    queued: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A transcript message at ``position``, with the turn it belongs to (None before any)."""
+
+    position: int
+    message: Message
+    turn: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceEvent:
+    """A durable event of a session; ``id`` is its per-session sequence number, from 1.
+
+    ``data`` is small JSON-ready values (ids, positions, counts, states), never whole
+    messages: read those from the transcript. The kinds and their ``data``:
+    ``input`` {id, kind, turn}; ``turn_started`` {epoch, holder, resumed};
+    ``holder`` {holder, epoch}; ``step`` {step, length}; ``steers_taken`` {ids, step};
+    ``message`` {position, id, role, steered}; ``stop`` {}; ``turn_ended`` {state}.
+    ``turn`` is the turn the event is about (None for an input that waits to be one).
+    """
+
+    id: int
+    kind: EventKind
+    turn: str | None
+    data: dict[str, Any]
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """A notification that something changed: new ``work`` for a session, or a ``stop``.
+
+    Hints make replicas react at once; they are never the source of truth (a missed one is
+    caught by the poll and the lease renewal).
+    """
+
+    kind: Literal["work", "stop"]
+    session: str
+
+
+@runtime_checkable
+class ServiceStore(Protocol):
+    """The service's tables of a backend; see the module docstring for the promises."""
+
+    async def enqueue(self, session: str, input: Input) -> Accepted:
+        """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
+        ...
+
+    async def claim(
+        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+    ) -> Claim | None:
+        """Claim one session with work and no live lease (``session`` only, if given).
+
+        The lease lasts ``seconds`` on the database's clock and the epoch grows by one. A new
+        turn may take ``cap`` steers in all. None when there is nothing to claim.
+        """
+        ...
+
+    async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
+        """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
+        ...
+
+    async def step(
+        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+    ) -> list[Message]:
+        """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
+        ...
+
+    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+        ...
+
+    async def stop(self, session: str) -> str | None:
+        """Ask the running turn to stop; its id, or None when no turn runs."""
+        ...
+
+    async def status(self, session: str) -> Status:
+        """The session's running turn, waiting inputs and queue length."""
+        ...
+
+    async def input(self, session: str, id: str) -> InputView | None:
+        """The input ``id`` and its fate, or None if the session never had it."""
+        ...
+
+    async def turn(self, session: str, id: str) -> TurnView | None:
+        """The turn ``id`` (``queued`` while its prompt waits), or None if there is none."""
+        ...
+
+    async def transcript(self, session: str, *, after: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` messages at positions > ``after`` (-1: from the start), with turns."""
+        ...
+
+    async def events(self, session: str, *, after: int, limit: int) -> list[ServiceEvent]:
+        """Up to ``limit`` durable events with ids > ``after``, in id order."""
+        ...
+
+
+@runtime_checkable
+class Notifying(Protocol):
+    """A store whose database notifies (Postgres ``LISTEN``, MongoDB change streams).
+
+    ``hints()`` is entered once per replica and yields :class:`Hint` objects as other
+    replicas (or this one) enqueue work, end turns and stop turns.
+    """
+
+    def hints(self) -> AbstractAsyncContextManager[AsyncIterator[Hint]]:
+        """An async context whose value iterates over hints until the context is left."""
+        ...
+
+
+def counts_as_step(messages: Sequence[Message], take: int) -> bool:
+    """Whether a save is a step (it precedes a model request) rather than the answer's save.
+
+    A save before a model request ends in a user message (the prompt, tool results) or
+    takes steers; the save once a turn's pattern returns ends in the assistant's answer
+    and takes none. The stores count a turn's steps with this one rule.
+    """
+    return take > 0 or (bool(messages) and messages[-1].role == "user")
+
+
+def turn_of(position: int, starts: Sequence[tuple[int, str]]) -> str | None:
+    """The turn of the message at ``position``, given the turns' ``(start, id)`` by start."""
+    owner: str | None = None
+    for start, turn in starts:
+        if start > position:
+            break
+        owner = turn
+    return owner

@@ -1,0 +1,370 @@
+"""The memory store's service tables: inputs, turns, the lease and events, in dicts.
+
+The reference for the other backends: each verb does its whole work under the store's lock
+without awaiting, so each is atomic. The clock is this process's (``time.time``), which is
+the "database's clock" of a store that lives in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from steerable import codec
+from steerable.errors import Fenced, InvalidMessage, TranscriptConflict
+from steerable.messages import Message
+from steerable.service_store import (
+    Accepted,
+    Claim,
+    Entry,
+    EventKind,
+    Hint,
+    Input,
+    InputState,
+    InputView,
+    Lease,
+    Outcome,
+    Renewal,
+    ServiceEvent,
+    Status,
+    TurnState,
+    TurnView,
+    counts_as_step,
+    turn_of,
+)
+
+
+@dataclass
+class _Input:
+    input: Input
+    seq: int
+    offered: str | None  # the turn it was offered to on arrival (the first answer)
+    ahead: int
+    state: InputState = "waiting"
+    turn: str | None = None  # offered to (waiting), taken by, or prompt of
+    step: int | None = None
+
+
+@dataclass
+class _Turn:
+    id: str
+    start: int
+    cap: int
+    state: TurnState = "running"
+    epoch: int = 0
+    steps: int = 0
+    steers_taken: int = 0
+    offered: int = 0
+    stop_requested: bool = False
+    end: int | None = None
+    text: str = ""
+    error: str | None = None
+
+
+@dataclass
+class _Service:
+    inputs: dict[str, _Input] = field(default_factory=dict)  # in order of arrival
+    turns: dict[str, _Turn] = field(default_factory=dict)  # in order of claim
+    events: list[ServiceEvent] = field(default_factory=list)
+    epoch: int = 0
+    holder: str | None = None
+    expires: float = 0.0
+    running: str | None = None
+
+    def emit(self, kind: EventKind, turn: str | None, data: dict[str, Any]) -> None:
+        self.events.append(ServiceEvent(len(self.events) + 1, kind, turn, data, time.time()))
+
+    def queued(self) -> list[_Input]:
+        return [i for i in self.inputs.values() if i.state == "waiting" and i.turn is None]
+
+
+def _turn_view(service: _Service, turn: _Turn) -> TurnView:
+    live = turn.id == service.running
+    return TurnView(
+        turn.id,
+        turn.state,
+        holder=service.holder if live else None,
+        epoch=turn.epoch,
+        lease_expires_at=service.expires if live and service.holder else None,
+        steps=turn.steps,
+        steers_taken=turn.steers_taken,
+        stop_requested=turn.stop_requested,
+        start=turn.start,
+        end=turn.end,
+        text=turn.text,
+        error=turn.error,
+    )
+
+
+def _input_view(row: _Input) -> InputView:
+    i = row.input
+    return InputView(i.id, i.kind, i.text, row.seq, row.state, row.turn, row.step)
+
+
+class MemoryServiceTables:
+    """The :class:`steerable.service_store.ServiceStore` verbs of :class:`MemoryStore`."""
+
+    def _service_init(self) -> None:
+        self._service: dict[str, _Service] = {}
+        self._listeners: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[Hint]]] = []
+
+    # provided by MemoryStore
+    def _transcript(self, session: str) -> tuple[list[Message], set[str]]:
+        raise NotImplementedError
+
+    _lock: Any
+
+    def _svc(self, session: str) -> _Service:
+        state = self._service.get(session)
+        if state is None:
+            state = self._service[session] = _Service()
+        return state
+
+    def _hint(self, kind: Any, session: str) -> None:
+        for loop, queue in list(self._listeners):
+            with contextlib.suppress(RuntimeError):  # a closed loop: its listener is gone
+                loop.call_soon_threadsafe(queue.put_nowait, Hint(kind, session))
+
+    @asynccontextmanager
+    async def hints(self) -> AsyncIterator[AsyncIterator[Hint]]:
+        """Hints of work and stops, from every task and thread of this process."""
+        entry = (asyncio.get_running_loop(), asyncio.Queue[Hint]())
+        self._listeners.append(entry)
+
+        async def iterate() -> AsyncIterator[Hint]:
+            while True:
+                yield await entry[1].get()
+
+        try:
+            yield iterate()
+        finally:
+            self._listeners.remove(entry)
+
+    async def enqueue(self, session: str, input: Input) -> Accepted:
+        """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
+        with self._lock:
+            svc = self._svc(session)
+            seen = svc.inputs.get(input.id)
+            if seen is not None:
+                i = seen.input
+                return Accepted(i.id, i.kind, seen.seq, seen.offered, seen.ahead, duplicate=True)
+            running = svc.turns[svc.running] if svc.running else None
+            offered: str | None = None
+            if (
+                input.kind == "steer"
+                and running is not None
+                and not running.stop_requested
+                and running.offered < running.cap
+            ):
+                running.offered += 1
+                offered = running.id
+            ahead = 0 if offered else (running is not None) + len(svc.queued())
+            row = _Input(input, len(svc.inputs) + 1, offered, ahead, turn=offered)
+            svc.inputs[input.id] = row
+            svc.emit("input", offered, {"id": input.id, "kind": input.kind, "turn": offered})
+            start_now = running is None
+        if start_now:
+            self._hint("work", session)
+        return Accepted(input.id, input.kind, row.seq, offered, ahead)
+
+    async def claim(
+        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+    ) -> Claim | None:
+        """Claim one session with work and no live lease (``session`` only, if given)."""
+        with self._lock:
+            now = time.time()
+            names = [session] if session is not None else list(self._service)
+            for name in names:
+                svc = self._service.get(name)
+                if svc is None or (svc.holder is not None and svc.expires > now):
+                    continue
+                if svc.running is None and not svc.queued():
+                    continue
+                return self._claim(name, svc, holder, now + seconds, cap)
+            return None
+
+    def _claim(self, name: str, svc: _Service, holder: str, expires: float, cap: int) -> Claim:
+        svc.epoch += 1
+        svc.holder, svc.expires = holder, expires
+        messages, _ = self._transcript(name)
+        resumed = svc.running is not None
+        if svc.running is None:
+            prompt = svc.queued()[0]
+            prompt.state, prompt.turn = "prompt", prompt.input.id
+            turn = _Turn(prompt.input.id, len(messages), cap)
+            svc.turns[turn.id] = turn
+            svc.running = turn.id
+        else:
+            turn = svc.turns[svc.running]
+            prompt = svc.inputs[turn.id]
+            svc.emit("holder", turn.id, {"holder": holder, "epoch": svc.epoch})
+        turn.epoch = svc.epoch
+        svc.emit(
+            "turn_started", turn.id, {"epoch": svc.epoch, "holder": holder, "resumed": resumed}
+        )
+        return Claim(
+            Lease(name, holder, svc.epoch, expires),
+            turn.id,
+            prompt.input,
+            turn.start,
+            list(messages),
+            resumed,
+            turn.steps,
+            turn.steers_taken,
+            turn.cap,
+            turn.stop_requested,
+        )
+
+    def _fenced(self, lease: Lease) -> tuple[_Service, _Turn]:
+        svc = self._service.get(lease.session)
+        if svc is None or svc.epoch != lease.epoch or svc.holder != lease.holder:
+            raise Fenced(lease.session, lease.epoch, svc.epoch if svc else None)
+        if svc.running is None:
+            raise Fenced(lease.session, lease.epoch, svc.epoch)
+        return svc, svc.turns[svc.running]
+
+    async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
+        """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
+        with self._lock:
+            svc, turn = self._fenced(lease)
+            svc.expires = time.time() + seconds
+            new = Lease(lease.session, lease.holder, lease.epoch, svc.expires)
+            return Renewal(new, turn.stop_requested)
+
+    async def step(
+        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+    ) -> list[Message]:
+        """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
+        for message in messages:
+            codec.encode(message)
+        with self._lock:
+            svc, turn = self._fenced(lease)
+            transcript, ids = self._transcript(lease.session)
+            if at != len(transcript):
+                raise TranscriptConflict(lease.session, at, len(transcript))
+            new_ids = [m.id for m in messages]
+            if len(set(new_ids)) != len(new_ids) or not ids.isdisjoint(new_ids):
+                raise InvalidMessage(f"session {lease.session!r}: a message id is already stored")
+            if counts_as_step(messages, take):
+                turn.steps += 1
+            room = 0 if turn.stop_requested else max(0, min(take, turn.cap - turn.steers_taken))
+            offered = [
+                i for i in svc.inputs.values() if i.state == "waiting" and i.turn == turn.id
+            ][:room]
+            taken: list[Message] = []
+            for row in offered:
+                row.state, row.step = "taken", turn.steps
+                if row.input.id not in ids and row.input.id not in new_ids:
+                    taken.append(row.input.message(steered=True))
+            turn.steers_taken += len(offered)
+            position = len(transcript)
+            for message in messages:
+                svc.emit("message", turn.id, _stored(message, position))
+                position += 1
+            if offered:
+                ids_taken = [r.input.id for r in offered]
+                svc.emit("steers_taken", turn.id, {"ids": ids_taken, "step": turn.steps})
+            for message in taken:
+                svc.emit("message", turn.id, _stored(message, position))
+                position += 1
+            if counts_as_step(messages, take):
+                svc.emit("step", turn.id, {"step": turn.steps, "length": position})
+            transcript.extend(messages)
+            transcript.extend(taken)
+            ids.update(new_ids)
+            ids.update(m.id for m in taken)
+            return taken
+
+    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+        with self._lock:
+            svc, turn = self._fenced(lease)
+            transcript, _ = self._transcript(lease.session)
+            turn.state, turn.text, turn.error = outcome.state, outcome.text, outcome.error
+            turn.end = len(transcript)
+            for row in svc.inputs.values():
+                if row.state == "waiting" and row.turn == turn.id:
+                    row.turn = None  # a turn of its own, in its place
+            svc.running, svc.holder, svc.expires = None, None, 0.0
+            svc.emit("turn_ended", turn.id, {"state": outcome.state})
+            queued = svc.queued()
+            following = queued[0].input.id if queued else None
+        if following is not None:
+            self._hint("work", lease.session)
+        return following
+
+    async def stop(self, session: str) -> str | None:
+        """Ask the running turn to stop; its id, or None when no turn runs."""
+        with self._lock:
+            svc = self._service.get(session)
+            if svc is None or svc.running is None:
+                return None
+            turn = svc.turns[svc.running]
+            if not turn.stop_requested:
+                turn.stop_requested = True
+                svc.emit("stop", turn.id, {})
+        self._hint("stop", session)
+        return turn.id
+
+    async def status(self, session: str) -> Status:
+        """The session's running turn, waiting inputs and queue length."""
+        with self._lock:
+            svc = self._service.get(session)
+            if svc is None:
+                return Status(session, None, [], 0)
+            running = _turn_view(svc, svc.turns[svc.running]) if svc.running else None
+            waiting = [_input_view(i) for i in svc.inputs.values() if i.state == "waiting"]
+            return Status(session, running, waiting, len(svc.queued()))
+
+    async def input(self, session: str, id: str) -> InputView | None:
+        """The input ``id`` and its fate, or None if the session never had it."""
+        with self._lock:
+            svc = self._service.get(session)
+            row = svc.inputs.get(id) if svc else None
+            return _input_view(row) if row else None
+
+    async def turn(self, session: str, id: str) -> TurnView | None:
+        """The turn ``id`` (``queued`` while its prompt waits), or None if there is none."""
+        with self._lock:
+            svc = self._service.get(session)
+            if svc is None:
+                return None
+            if id in svc.turns:
+                return _turn_view(svc, svc.turns[id])
+            row = svc.inputs.get(id)
+            if row is not None and row.state == "waiting" and row.turn is None:
+                return TurnView(id, "queued")
+            return None
+
+    async def transcript(self, session: str, *, after: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` messages at positions > ``after``, with the turn of each."""
+        with self._lock:
+            transcript, _ = self._transcript(session)
+            svc = self._service.get(session)
+            starts = [(t.start, t.id) for t in svc.turns.values()] if svc else []
+            first = max(after + 1, 0)
+            return [
+                Entry(p, transcript[p], turn_of(p, starts))
+                for p in range(first, min(len(transcript), first + limit))
+            ]
+
+    async def events(self, session: str, *, after: int, limit: int) -> list[ServiceEvent]:
+        """Up to ``limit`` durable events with ids > ``after``, in id order."""
+        with self._lock:
+            svc = self._service.get(session)
+            return svc.events[max(after, 0) : max(after, 0) + limit] if svc else []
+
+
+def _stored(message: Message, position: int) -> dict[str, Any]:
+    """The ``data`` of a ``message`` event."""
+    return {
+        "position": position,
+        "id": message.id,
+        "role": message.role,
+        "steered": message.steered,
+    }
