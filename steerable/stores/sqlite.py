@@ -3,11 +3,17 @@
 Open it with a path, in ``async with SQLiteStore(path) as store:`` (which opens the file
 at once, so a file that cannot be used fails there, and closes it at the end); without
 ``async with`` the file is opened on the first call and closed by :meth:`close`. The
-tables are created on open (SQLite is the one store that migrates itself: one file has
-nobody to coordinate with). Every call runs on one worker
-thread of this store, off the event loop. Writers take SQLite's write lock up front
-(``BEGIN IMMEDIATE``), so a save-and-take is one transaction that other processes see
-whole or not at all, and concurrent takers in any number of processes get each steer once.
+tables are created on open, and a file of an older schema is upgraded on open (SQLite is
+the one store that migrates itself: one file has nobody to coordinate with). Every call
+runs on one worker thread of this store, off the event loop. Writers take SQLite's write
+lock up front (``BEGIN IMMEDIATE``), so a save-and-take is one transaction that other
+processes see whole or not at all, and concurrent takers in any number of processes get
+each steer once.
+
+It is also a :class:`steerable.service_store.ServiceStore` (the service's inputs, turns,
+leases and events: :mod:`steerable.stores._sqlite_service`). Its leases run on SQLite's
+own clock, ``julianday('now')``, which is the machine's clock: every process sharing the
+file is on that machine. It gives no hints (SQLite has no notifications): the engine polls.
 
 The file is in WAL mode with ``synchronous=NORMAL``: a committed save survives the process
 being killed; pass ``synchronous="FULL"`` to survive power loss too.
@@ -27,12 +33,14 @@ from steerable import codec
 from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.store import Steer
+from steerable.stores._sqlite_service import SERVICE_TABLES, SQLiteServiceTables
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""The schema version this steerable writes (``PRAGMA user_version`` of the file)."""
 
-_SCHEMA = """
+_TABLES = """
 CREATE TABLE IF NOT EXISTS steerable_messages (
     session  TEXT    NOT NULL,
     position INTEGER NOT NULL,
@@ -53,6 +61,10 @@ CREATE TABLE IF NOT EXISTS steerable_steers (
 CREATE INDEX IF NOT EXISTS steerable_steers_waiting ON steerable_steers (session, taken, seq);
 """
 
+# The file's schema, version by version: a file of version n gets the steps after n on open,
+# in one transaction. Append a step for a change, never edit a shipped one.
+_STEPS: tuple[tuple[int, str], ...] = ((1, _TABLES), (2, SERVICE_TABLES))
+
 # A rowid table, not WITHOUT ROWID: SQLite keeps at most ~1 KB of a WITHOUT ROWID row in
 # its page, so every message over that got a mostly empty overflow page of its own (the
 # file was ~4x its payload). The position index keeps "the end" and ordered reads cheap.
@@ -61,8 +73,11 @@ _T = TypeVar("_T")
 _Synchronous = Literal["NORMAL", "FULL"]
 
 
-class SQLiteStore:
-    """A :class:`steerable.Store` in the SQLite file ``path``; see the module docstring."""
+class SQLiteStore(SQLiteServiceTables):
+    """A :class:`steerable.Store` and a service store in the SQLite file ``path``.
+
+    See the module docstring.
+    """
 
     def __init__(
         self,
@@ -114,19 +129,7 @@ class SQLiteStore:
             db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StoreUnavailable(
-                    f"{str(self.path)!r} has steerable schema {version}; this version reads"
-                    f" {SCHEMA_VERSION}: upgrade steerable"
-                )
-            if version < SCHEMA_VERSION:
-                db.execute("BEGIN IMMEDIATE")
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                db.execute("COMMIT")
+            _upgrade(db, self.path)
         except sqlite3.Error as exc:
             db.close()
             raise StoreUnavailable(f"cannot use the SQLite file {str(self.path)!r}: {exc}") from exc
@@ -209,6 +212,31 @@ class SQLiteStore:
             return [Steer(text, id) for id, text in rows]
 
         return await self._call(read)
+
+
+def _upgrade(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the file's schema to :data:`SCHEMA_VERSION`; refuse a newer one."""
+
+    def version() -> int:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    if version() == SCHEMA_VERSION:
+        return
+    db.execute("BEGIN IMMEDIATE")  # read again under the lock: another process may upgrade too
+    current = version()
+    if current > SCHEMA_VERSION:
+        db.rollback()
+        raise StoreUnavailable(
+            f"{str(path)!r} has steerable schema {current}; this version reads"
+            f" {SCHEMA_VERSION}: upgrade steerable"
+        )
+    for step, tables in _STEPS:
+        if step > current:
+            for statement in tables.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    db.execute("COMMIT")
 
 
 def _append(

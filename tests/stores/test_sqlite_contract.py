@@ -1,4 +1,5 @@
-"""The SQLite store keeps the whole store contract, with takers in separate processes too."""
+"""The SQLite store keeps the whole store contract, with takers in separate processes too, and
+the whole service store contract."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from steerable.store import Store
 from steerable.stores.sqlite import SQLiteStore
-from steerable.testing import OpenStore, StoreContract
+from steerable.testing import OpenStore, ServiceContract, StoreContract
 
 
 def _path(store: Store) -> Path:
@@ -44,8 +45,9 @@ class _WriteLock:
         raise AssertionError(f"{count} saves never waited for the write lock")
 
 
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable")
-class TestSQLiteStore(StoreContract):
+class _SQLite:
+    """The store factory and the hooks of the abilities, for both contracts."""
+
     @pytest.fixture(scope="class")
     @classmethod
     def store_factory(cls, tmp_path_factory: pytest.TempPathFactory) -> OpenStore:
@@ -68,3 +70,13 @@ class TestSQLiteStore(StoreContract):
         finally:
             db.rollback()
             db.close()
+
+
+@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable")
+class TestSQLiteStore(_SQLite, StoreContract):
+    """The store contract."""
+
+
+@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable")
+class TestSQLiteServiceStore(_SQLite, ServiceContract):
+    """The service store contract, on the same kind of file."""
