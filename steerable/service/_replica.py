@@ -1,0 +1,277 @@
+"""A replica: claims sessions with work, runs their turns, renews their leases, ends them.
+
+One loop claims: first the sessions a hint named (a send to an idle session, a turn that
+ended with an input waiting), then any session with work, and when there is none it waits
+for a hint or the poll interval, whichever comes first. Each claimed turn runs in a task
+of its own with a renewal task beside it. The renewal also carries the stop: it answers
+whether a stop was asked, and a ``stop`` hint makes it renew at once. A renewal refused
+as :class:`~steerable.errors.Fenced` means another replica holds the session now: the
+turn is stopped and nothing more is recorded from here (its writes would be refused
+anyway). A turn's end is recorded once, by the holder, with a retry while the store is
+away; a holder that cannot record it leaves it to whoever claims the session next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from steerable.errors import Fenced, StoreError, StoreUnavailable
+from steerable.events import Event
+from steerable.messages import Message
+from steerable.service._fenced import FencedStore, LeaseCell
+from steerable.service.agent import Agent, Turn
+from steerable.service_store import Claim, Notifying, Outcome, ServiceStore
+from steerable.session import Session
+from steerable.store import Store
+
+log = logging.getLogger("steerable.service")
+
+LiveSink = Callable[[str, str, Event], object]
+"""Where a replica sends the live events of the turns it runs: ``(session, turn, event)``."""
+
+
+@dataclass
+class Counters:
+    """What a replica did, for tests, benchmarks and operators."""
+
+    claims: int = 0
+    resumed: int = 0
+    ended: int = 0
+    fenced: int = 0
+    recorded_on_takeover: int = 0
+    store_errors: int = 0
+    running: dict[str, str] = field(default_factory=dict)  # session -> turn
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a replica holds leases and looks for work (see ``Service``)."""
+
+    replica: str
+    lease: float
+    renew_every: float
+    poll: float
+    concurrency: int
+
+
+class Replica:
+    """Serves turns from ``store`` with ``agent``, until :meth:`run`'s task is cancelled."""
+
+    def __init__(
+        self,
+        store: Store,
+        service: ServiceStore,
+        agent: Agent,
+        settings: Settings,
+        live: LiveSink | None = None,
+    ) -> None:
+        self.store = store
+        self.service = service
+        self.agent = agent
+        self.settings = settings
+        self.live = live
+        self.counters = Counters()
+        self._wake = asyncio.Event()
+        self._hinted: list[str] = []
+        self._turns: dict[str, tuple[Turn, asyncio.Event, LeaseCell]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- looking for work -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Claim and serve until cancelled; then the turns under way are abandoned."""
+        listener = None
+        if isinstance(self.service, Notifying):
+            listener = asyncio.create_task(self._listen(self.service))
+        try:
+            await self._claim_forever()
+        finally:
+            if listener is not None:
+                listener.cancel()
+                await asyncio.gather(listener, return_exceptions=True)
+            await self._abandon()
+
+    async def _abandon(self) -> None:
+        # Their leases expire and another replica carries them on. Nothing more is written:
+        # a cancelled run would otherwise save its calls under way as "cancelled", and the
+        # next holder must redo them instead.
+        for _, _, cell in self._turns.values():
+            cell.fenced = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _listen(self, service: Notifying) -> None:
+        while True:
+            try:
+                async with service.hints() as hints:
+                    async for hint in hints:
+                        if hint.kind == "work":
+                            self._hinted.append(hint.session)
+                            self._wake.set()
+                        elif hint.session in self._turns:
+                            self._turns[hint.session][1].set()  # renew now: learn the stop
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the listener's connection went away: poll meanwhile
+                log.warning("hints stopped (%s); polling until they are back", exc)
+                await asyncio.sleep(self.settings.poll)
+
+    async def _claim_forever(self) -> None:
+        settings = self.settings
+        while True:
+            if len(self._tasks) >= settings.concurrency:
+                await self._wait(settings.poll)
+                continue
+            target = self._hinted.pop(0) if self._hinted else None
+            if target is not None and target in self._turns:
+                continue
+            try:
+                claim = await self.service.claim(
+                    settings.replica,
+                    seconds=settings.lease,
+                    cap=self.agent.steers_per_turn,
+                    session=target,
+                )
+            except StoreError as exc:
+                self.counters.store_errors += 1
+                log.warning("claim failed: %s", exc)
+                await asyncio.sleep(settings.poll)
+                continue
+            if claim is not None:
+                self._start(claim)
+            elif target is None:
+                await self._wait(settings.poll)
+
+    async def _wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    # -- serving a turn ---------------------------------------------------------------------
+
+    def _start(self, claim: Claim) -> None:
+        self.counters.claims += 1
+        self.counters.resumed += claim.resumed
+        task = asyncio.create_task(self._serve(claim))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._wake.set()  # room for another claim
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a turn's task failed", exc_info=task.exception())
+
+    async def _serve(self, claim: Claim) -> None:
+        session = claim.lease.session
+        cell = LeaseCell(claim.lease)
+        turn = self._turn(claim, cell)
+        renew_now = asyncio.Event()
+        self._turns[session] = (turn, renew_now, cell)
+        self.counters.running[session] = claim.turn
+        renewer = asyncio.create_task(self._renew(cell, turn, renew_now))
+        try:
+            outcome = _already_over(claim)
+            if outcome is not None:
+                self.counters.recorded_on_takeover += 1
+            else:
+                outcome = await self._run(turn)
+        finally:
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+            del self._turns[session]
+            del self.counters.running[session]
+        if cell.fenced:
+            self.counters.fenced += 1
+            log.info("session %r: the lease was lost; the new holder goes on", session)
+            return
+        await self._end(cell, outcome)
+
+    def _turn(self, claim: Claim, cell: LeaseCell) -> Turn:
+        messages = list(claim.messages)
+        if claim.prompt.id not in {m.id for m in messages[claim.start :]}:
+            messages.append(claim.prompt.message(steered=False))
+        fenced = FencedStore(self.store, self.service, cell, list(claim.messages))
+        live = self.live
+        session, turn_id = claim.lease.session, claim.turn
+        sink = None if live is None else (lambda event: live(session, turn_id, event))
+        return Turn(
+            session=session,
+            id=turn_id,
+            prompt=claim.prompt,
+            messages=messages,
+            store_session=Session(session, fenced),
+            resumed=claim.resumed,
+            steers_left=max(0, min(claim.cap, self.agent.steers_per_turn) - claim.steers_taken),
+            events=sink,
+        )
+
+    async def _run(self, turn: Turn) -> Outcome:
+        try:
+            return await self.agent.run_turn(turn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("session %r: the agent failed turn %r", turn.session, turn.id)
+            return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def _renew(self, cell: LeaseCell, turn: Turn, now: asyncio.Event) -> None:
+        every = self.settings.renew_every
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(now.wait(), every)
+            now.clear()
+            try:
+                renewal = await self.service.renew(cell.lease, seconds=self.settings.lease)
+            except Fenced:
+                cell.fenced = True
+                turn.request_stop()
+                return
+            except StoreError as exc:  # try again; the next write will tell if it was lost
+                self.counters.store_errors += 1
+                log.warning("session %r: renewal failed: %s", turn.session, exc)
+                continue
+            cell.lease = renewal.lease
+            if renewal.stop_requested:
+                turn.request_stop()
+
+    async def _end(self, cell: LeaseCell, outcome: Outcome) -> None:
+        deadline = time.monotonic() + self.settings.lease
+        while True:
+            try:
+                following = await self.service.end_turn(cell.lease, outcome)
+            except Fenced:
+                self.counters.fenced += 1
+                return
+            except StoreUnavailable as exc:
+                self.counters.store_errors += 1
+                if time.monotonic() > deadline:
+                    log.warning("the end of a turn was not recorded (%s): left to the next", exc)
+                    return
+                await asyncio.sleep(min(self.settings.poll, 0.2))
+                continue
+            self.counters.ended += 1
+            if following is not None:
+                self._hinted.append(cell.lease.session)
+                self._wake.set()
+            return
+
+
+def _already_over(claim: Claim) -> Outcome | None:
+    """The outcome of a resumed turn that needs no run: stopped, or answered already."""
+    if not claim.resumed:
+        return None
+    if claim.stop_requested:
+        return Outcome("stopped")
+    mine: list[Message] = claim.messages[claim.start :]
+    answered = mine and mine[-1].role == "assistant" and not mine[-1].tool_calls
+    if answered and any(m.id == claim.prompt.id for m in mine):
+        return Outcome("completed", mine[-1].text)
+    return None

@@ -1,0 +1,199 @@
+"""The service's front door: the verbs anyone may call, and the replica that serves turns.
+
+``Service(store, agent)`` over a store with the service's tables (every store of steerable
+has them). Its verbs (``send``, ``steer``, ``stop`` and the views) work from any process,
+with or without serving: a web front end can take requests and leave the turns to other
+replicas. ``async with service.serving():`` (or ``await service.serve()``) makes this process
+a replica too. Every argument is checked here, once, and the store trusts what it is passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from steerable.errors import UsageError
+from steerable.service._replica import LiveSink, Replica, Settings
+from steerable.service.agent import Agent
+from steerable.service_store import (
+    Accepted,
+    Entry,
+    Input,
+    InputKind,
+    InputView,
+    ServiceEvent,
+    ServiceStore,
+    Status,
+    TurnView,
+)
+from steerable.store import Store, check_count, check_session_id
+
+__all__ = ["Service"]
+
+_OVER = ("completed", "stopped", "failed", "max_steps")
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UsageError(f"`{what}` is a number of seconds, not {value!r}")
+    if value <= 0:
+        raise UsageError(f"`{what}` is a number of seconds > 0, not {value!r}")
+    return float(value)
+
+
+def _input(kind: InputKind, text: object, id: object) -> Input:
+    if not isinstance(text, str):
+        raise UsageError(f"an input's text is a str, not {type(text).__name__}")
+    if id is not None and not isinstance(id, str):
+        raise UsageError(f"an input id is a str, not {type(id).__name__}: {id!r}")
+    return Input(kind, text) if id is None else Input(kind, text, id)
+
+
+class Service:
+    """A session as a queue of turns, served by any number of replicas over one store.
+
+    ``agent`` is what turns run (needed only to serve). ``replica`` names this process in
+    leases (host and pid by default). A lease lasts ``lease`` seconds on the database's
+    clock and is renewed every ``renew_every`` (a third of it by default): a replica that
+    dies is taken over after at most ``lease`` seconds, and a stop reaches the holder
+    within ``renew_every`` where the store has no notifications (at once where it has).
+    An idle replica looks for work every ``poll`` seconds (and at once on a hint), and
+    runs at most ``concurrency`` turns at a time. ``live`` receives the live events
+    (text deltas included) of the turns this replica runs.
+    """
+
+    def __init__(
+        self,
+        store: ServiceStore,
+        agent: Agent | None = None,
+        *,
+        replica: str | None = None,
+        lease: float = 15.0,
+        renew_every: float | None = None,
+        poll: float = 1.0,
+        concurrency: int = 16,
+        live: LiveSink | None = None,
+    ) -> None:
+        if not isinstance(store, ServiceStore) or not isinstance(store, Store):
+            raise UsageError(
+                f"a Service needs a store with the service's tables, not {type(store).__name__}"
+            )
+        if agent is not None and not (
+            callable(getattr(agent, "run_turn", None)) and hasattr(agent, "steers_per_turn")
+        ):
+            raise UsageError(f"agent has no run_turn(turn) and steers_per_turn: {agent!r}")
+        lease = _seconds(lease, "lease")
+        renew = lease / 3 if renew_every is None else _seconds(renew_every, "renew_every")
+        if renew >= lease:
+            raise UsageError(f"renew_every ({renew}) must be shorter than the lease ({lease})")
+        if type(concurrency) is not int or concurrency < 1:
+            raise UsageError(f"`concurrency` is an int >= 1, not {concurrency!r}")
+        if replica is not None and (not isinstance(replica, str) or not replica):
+            raise UsageError(f"`replica` is a non-empty str, not {replica!r}")
+        self.store: ServiceStore = store
+        self.agent = agent
+        self.settings = Settings(
+            replica or f"{socket.gethostname()}:{os.getpid()}",
+            lease,
+            renew,
+            _seconds(poll, "poll"),
+            concurrency,
+        )
+        self._live = live
+        self.replica: Replica | None = None
+
+    def __repr__(self) -> str:
+        return f"Service({type(self.store).__name__}, replica={self.settings.replica!r})"
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    async def send(self, session: str, text: str, *, id: str | None = None) -> Accepted:
+        """Queue ``text`` as a turn of its own; it starts now if no turn runs."""
+        return await self.store.enqueue(check_session_id(session), _input("send", text, id))
+
+    async def steer(self, session: str, text: str, *, id: str | None = None) -> Accepted:
+        """Offer ``text`` to the running turn's next step; ``turn`` None: a turn of its own."""
+        return await self.store.enqueue(check_session_id(session), _input("steer", text, id))
+
+    async def stop(self, session: str) -> str | None:
+        """Stop the running turn, from any replica; its id, or None when none runs."""
+        return await self.store.stop(check_session_id(session))
+
+    # -- views ----------------------------------------------------------------------------
+
+    async def status(self, session: str) -> Status:
+        """The running turn, the waiting inputs and the queue length (empty: not an error)."""
+        return await self.store.status(check_session_id(session))
+
+    async def input(self, session: str, id: str) -> InputView | None:
+        """The input ``id`` and its fate, or None."""
+        return await self.store.input(check_session_id(session), _id(id))
+
+    async def turn(self, session: str, id: str) -> TurnView | None:
+        """The turn ``id``, or None."""
+        return await self.store.turn(check_session_id(session), _id(id))
+
+    async def wait(self, session: str, id: str, *, seconds: float) -> TurnView | None:
+        """The turn ``id`` once it has ended, or as it is when ``seconds`` have passed."""
+        sid, tid = check_session_id(session), _id(id)
+        deadline = time.monotonic() + _seconds(seconds, "seconds")
+        pause = 0.02
+        while True:
+            view = await self.store.turn(sid, tid)
+            left = deadline - time.monotonic()
+            if view is None or view.state in _OVER or left <= 0:
+                return view
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, self.settings.poll, 0.5)
+
+    async def transcript(self, session: str, *, after: int = -1, limit: int = 100) -> list[Entry]:
+        """Up to ``limit`` messages after position ``after``, each with its turn."""
+        if type(after) is not int or after < -1:
+            raise UsageError(f"`after` is an int >= -1, not {after!r}")
+        return await self.store.transcript(
+            check_session_id(session), after=after, limit=check_count(limit, "limit")
+        )
+
+    async def events(self, session: str, *, after: int = 0, limit: int = 100) -> list[ServiceEvent]:
+        """Up to ``limit`` durable events with ids above ``after``."""
+        return await self.store.events(
+            check_session_id(session),
+            after=check_count(after, "after"),
+            limit=check_count(limit, "limit"),
+        )
+
+    # -- serving ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[Replica]:
+        """Serve turns in the background while the context is open; abandon them after."""
+        if self.agent is None:
+            raise UsageError("a Service serves turns only with an agent: Service(store, agent)")
+        if self.replica is not None:
+            raise UsageError("this Service is serving already")
+        assert isinstance(self.store, Store)
+        replica = Replica(self.store, self.store, self.agent, self.settings, self._live)
+        self.replica = replica
+        task = asyncio.create_task(replica.run())
+        try:
+            yield replica
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self.replica = None
+
+    async def serve(self) -> None:
+        """Serve turns until cancelled."""
+        async with self.serving():
+            await asyncio.Event().wait()
+
+
+def _id(id: object) -> str:
+    if not isinstance(id, str) or not id:
+        raise UsageError(f"an id is a non-empty str, not {id!r}")
+    return id

@@ -1,0 +1,208 @@
+"""The engine in one process over the memory store: turns, steers at steps, the cap, stop.
+
+Each test runs replicas as :class:`Service` objects of one process over one store; the
+process tests (``test_replicas.py``) do the same with real processes and databases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from steerable.messages import Message
+from steerable.models.base import ModelRequest
+from steerable.service import Service
+from steerable.service.demo import demo_agent
+from steerable.stores.memory import MemoryStore
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    for _ in range(2000):
+        if await check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+def _texts(messages: list[Message] | tuple[Message, ...]) -> list[str]:
+    return [m.text or ("<tool result>" if m.tool_results else "<call>") for m in messages]
+
+
+class Recorder:
+    """The model requests of a test, and an event set once a tool call is under way."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    def __call__(self, request: ModelRequest) -> None:
+        self.requests.append(request)
+
+
+async def test_a_send_runs_one_turn_to_its_answer() -> None:
+    store, seen = MemoryStore(), Recorder()
+    service = Service(store, demo_agent(seconds=0.01, record=seen), poll=0.05)
+    async with service.serving():
+        accepted = await service.send("s", "plan my week")
+        assert (accepted.turn, accepted.ahead) == (None, 0)
+        done = await service.wait("s", accepted.id, seconds=10)
+    assert done is not None and done.state == "completed"
+    assert done.text == "answered: plan my week"
+    assert _texts([e.message for e in await service.transcript("s")]) == [
+        "plan my week",
+        "<call>",
+        "<tool result>",
+        "answered: plan my week",
+    ]
+    assert len(seen.requests) == 2
+
+
+async def test_a_steer_during_a_tool_call_is_in_the_next_request_after_the_result() -> None:
+    store, seen = MemoryStore(), Recorder()
+    service = Service(store, demo_agent(seconds=0.3, record=seen), poll=0.05)
+    async with service.serving():
+        first = await service.send("s", "plan my week")
+        await _until(lambda: _has(seen, 1), "the first request")
+        await asyncio.sleep(0.05)  # the tool is running
+        steer = await service.steer("s", "skip friday")
+        assert steer.turn == first.id
+        done = await service.wait("s", first.id, seconds=10)
+    assert done is not None and done.text == "answered: plan my week | skip friday"
+    second = seen.requests[1].messages
+    assert _texts(list(second))[-2:] == ["<tool result>", "skip friday"]
+    assert [m.id for m in second].count(steer.id) == 1 and second[-1].steered
+    fate = await service.input("s", steer.id)
+    assert fate is not None and (fate.state, fate.turn, fate.step) == ("taken", first.id, 2)
+
+
+async def _has(seen: Recorder, count: int) -> bool:
+    return len(seen.requests) >= count
+
+
+async def test_a_steer_during_the_final_answer_is_the_next_turn_before_a_later_send() -> None:
+    store, seen = MemoryStore(), Recorder()
+    gate, answering = asyncio.Event(), asyncio.Event()
+    agent = demo_agent(seconds=0.01, record=seen)
+    model = agent.model_for("s")
+    original = model.stream
+
+    async def slow_answer(request: ModelRequest):  # type: ignore[no-untyped-def]
+        if request.messages[-1].tool_results and not gate.is_set():
+            answering.set()  # the model "writes" the final answer until the gate opens
+            await gate.wait()
+        async for event in original(request):
+            yield event
+
+    model.stream = slow_answer  # type: ignore[method-assign]
+    service = Service(store, agent, poll=0.05)
+    async with service.serving():
+        first = await service.send("s", "one")
+        await answering.wait()
+        late = await service.steer("s", "too late")
+        later = await service.send("s", "after")
+        assert late.turn == first.id
+        gate.set()
+        await service.wait("s", later.id, seconds=10)
+        turns = [await service.turn("s", i) for i in (first.id, late.id, later.id)]
+    assert [t.text for t in turns if t] == [
+        "answered: one",
+        "answered: too late",
+        "answered: after",
+    ]
+    events = [e for e in await service.events("s", after=0, limit=500) if e.kind == "turn_started"]
+    assert [e.turn for e in events] == [first.id, late.id, later.id]
+
+
+async def test_past_the_cap_a_steer_is_a_turn_of_its_own() -> None:
+    store = MemoryStore()
+    service = Service(store, demo_agent(seconds=0.3, steers_per_turn=2), poll=0.05)
+    async with service.serving():
+        first = await service.send("s", "go")
+        await _until(lambda: _running(service), "the turn")
+        answers = [await service.steer("s", f"s{i}") for i in range(3)]
+        assert [a.turn for a in answers] == [first.id, first.id, None]
+        await service.wait("s", answers[2].id, seconds=10)
+        done = await service.turn("s", first.id)
+        own = await service.turn("s", answers[2].id)
+    assert done is not None and done.text == "answered: go | s0 | s1"
+    assert own is not None and own.text == "answered: s2"
+
+
+async def _running(service: Service) -> bool:
+    return (await service.status("s")).turn is not None
+
+
+async def test_with_no_turn_running_a_steer_starts_one() -> None:
+    service = Service(MemoryStore(), demo_agent(seconds=0.01), poll=0.05)
+    async with service.serving():
+        steer = await service.steer("s", "hello")
+        assert steer.turn is None
+        done = await service.wait("s", steer.id, seconds=10)
+    assert done is not None and done.text == "answered: hello"
+
+
+async def test_a_stop_from_another_replica_stops_the_turn_and_frees_its_untaken_steers() -> None:
+    store = MemoryStore()
+    runner = Service(store, demo_agent(seconds=1.0), poll=0.05, replica="a")
+    other = Service(store, replica="c")
+    async with runner.serving():
+        first = await other.send("s", "go")
+        await _until(lambda: _running(other), "the turn")
+        await asyncio.sleep(0.05)
+        steer = await other.steer("s", "not taken")
+        assert await other.stop("s") == first.id
+        done = await other.wait("s", first.id, seconds=10)
+        assert done is not None and done.state == "stopped"
+        own = await other.wait("s", steer.id, seconds=10)
+    assert own is not None and own.state == "completed" and own.text == "answered: not taken"
+
+
+async def test_the_same_send_id_through_two_replicas_is_one_turn() -> None:
+    store = MemoryStore()
+    a = Service(store, demo_agent(seconds=0.01), poll=0.05, replica="a")
+    b = Service(store, demo_agent(seconds=0.01), poll=0.05, replica="b")
+    async with a.serving(), b.serving():
+        one, two = await asyncio.gather(a.send("s", "hi", id="x"), b.send("s", "hi", id="x"))
+        assert sorted([one.duplicate, two.duplicate]) == [False, True]
+        await a.wait("s", "x", seconds=10)
+    started = [e for e in await a.events("s", after=0, limit=100) if e.kind == "turn_started"]
+    assert len(started) == 1
+
+
+async def test_a_replica_that_dies_mid_tool_is_carried_on_by_another() -> None:
+    store = MemoryStore()
+    dying = Service(store, demo_agent(seconds=30), poll=0.05, replica="a", lease=0.5)
+    rescuer = Service(store, demo_agent(seconds=0.01), poll=0.05, replica="b", lease=0.5)
+    async with dying.serving():
+        first = await dying.send("s", "go")
+        await _until(lambda: _tool_result_pending(store), "the tool call")
+    # a's tasks are gone without a word: its lease runs out
+    async with rescuer.serving() as replica:
+        done = await rescuer.wait("s", first.id, seconds=10)
+    assert done is not None and done.state == "completed" and done.epoch == 2
+    assert replica.counters.resumed == 1
+    messages = await store.messages("s")
+    assert [m.id for m in messages].count(first.id) == 1
+    # the abandoned run wrote nothing more: b redid the call that was under way
+    assert _texts(messages) == ["go", "<call>", "<tool result>", "answered: go"]
+    assert messages[2].tool_results[0].content == "step 1 done"
+
+
+async def _tool_result_pending(store: MemoryStore) -> bool:
+    status = await store.status("s")
+    return status.turn is not None and status.turn.steps >= 1
+
+
+async def test_bad_input_is_a_usage_error_and_an_unknown_session_is_empty() -> None:
+    from steerable.errors import UsageError
+
+    service = Service(MemoryStore())
+    with pytest.raises(UsageError):
+        await service.send("s", "")
+    with pytest.raises(UsageError):
+        await service.steer("s", "x", id=7)  # type: ignore[arg-type]
+    with pytest.raises(UsageError):
+        await service.send("", "x")
+    status = await service.status("nobody")
+    assert (status.turn, status.waiting, status.queued) == (None, [], 0)
