@@ -142,8 +142,92 @@ BEGIN
 END""",
 )
 
+# Times are seconds since the Unix epoch on the server's clock, as exact decimals: UTC, so
+# they read the same whatever a connection's time_zone is.
+_TIME = "DECIMAL(20, 6)"
+_KIND = "VARCHAR(16) CHARACTER SET ascii NOT NULL"
+# an input's text, a turn's answer or error: the JSON text of the str, so a NUL, a lone
+# surrogate and every other code point comes back exactly
+_JSON_STR = "LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+
+_STEP_2 = (
+    # One row per session the service wrote to: the lock every service write of the
+    # session takes first (before the core's steerable_sessions row), its fencing epoch and
+    # lease, the running turn and the counters that number inputs, turns and events.
+    # ``claimable`` is when the session may be claimed: at once (0) when inputs wait and no
+    # turn runs, at the lease's expiry while a turn runs, NULL when there is no work; a
+    # claim naming no session reads its index, never the sessions nobody is waiting on.
+    f"""CREATE TABLE IF NOT EXISTS steerable_service (
+    session     {_ID},
+    epoch       BIGINT NOT NULL DEFAULT 0,
+    holder      VARBINARY(1020) NULL,
+    expires     {_TIME} NULL,
+    running     VARBINARY(1020) NULL,
+    queued      BIGINT NOT NULL DEFAULT 0,
+    inputs      BIGINT NOT NULL DEFAULT 0,
+    turns       BIGINT NOT NULL DEFAULT 0,
+    events      BIGINT NOT NULL DEFAULT 0,
+    claimable   {_TIME} GENERATED ALWAYS AS (CASE
+        WHEN running IS NOT NULL THEN COALESCE(expires, 0)
+        WHEN queued > 0 THEN 0
+    END) STORED,
+    PRIMARY KEY (session),
+    KEY steerable_service_claimable (claimable)
+) {_TABLE}""",
+    # ``turn``: the turn a waiting input was offered to, the turn that took it, or (for a
+    # prompt) its own id; ``offered`` and ``ahead`` are the first answer, given again to a
+    # duplicate.
+    f"""CREATE TABLE IF NOT EXISTS steerable_inputs (
+    session  {_ID},
+    seq      BIGINT NOT NULL,
+    id       {_ID},
+    kind     {_KIND},
+    text     {_JSON_STR} NOT NULL,
+    offered  VARBINARY(1020) NULL,
+    ahead    BIGINT NOT NULL,
+    state    {_KIND},
+    turn     VARBINARY(1020) NULL,
+    step     BIGINT NULL,
+    PRIMARY KEY (session, seq),
+    UNIQUE KEY steerable_inputs_id (session, id),
+    KEY steerable_inputs_waiting (session, state, turn, seq)
+) {_TABLE}""",
+    # ``ord`` is the order of claims: two turns may start at one position (the first wrote
+    # nothing), and a message belongs to the later.
+    f"""CREATE TABLE IF NOT EXISTS steerable_turns (
+    session        {_ID},
+    id             {_ID},
+    ord            BIGINT NOT NULL,
+    start_position BIGINT NOT NULL,
+    cap            BIGINT NOT NULL,
+    state          {_KIND},
+    epoch          BIGINT NOT NULL,
+    steps          BIGINT NOT NULL DEFAULT 0,
+    steers_taken   BIGINT NOT NULL DEFAULT 0,
+    offered        BIGINT NOT NULL DEFAULT 0,
+    stop_requested BOOLEAN NOT NULL DEFAULT FALSE,
+    end_position   BIGINT NULL,
+    answer         {_JSON_STR} NULL,
+    error          {_JSON_STR} NULL,
+    PRIMARY KEY (session, id),
+    UNIQUE KEY steerable_turns_ord (session, ord)
+) {_TABLE}""",
+    f"""CREATE TABLE IF NOT EXISTS steerable_events (
+    session {_ID},
+    id      BIGINT NOT NULL,
+    kind    {_KIND},
+    turn    VARBINARY(1020) NULL,
+    data    LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    at      {_TIME} NOT NULL,
+    PRIMARY KEY (session, id)
+) {_TABLE}""",
+)
+
 MIGRATIONS: Final = validated(
-    [Migration(1, "the sessions, messages and steers tables and the save procedure", _STEP_1)]
+    [
+        Migration(1, "the sessions, messages and steers tables and the save procedure", _STEP_1),
+        Migration(2, "the service's tables: sessions' leases, inputs, turns, events", _STEP_2),
+    ]
 )
 """The schema of the MySQL/MariaDB store: apply it with :func:`steerable.stores.mysql.migrate`."""
 

@@ -41,7 +41,8 @@ async def test_the_tables_are_innodb_and_compare_bytes(empty: Any) -> None:
         " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'steerable_schema'",
     )
     assert sorted(tables) == [
-        (f"steerable_{t}", "InnoDB", "utf8mb4_bin") for t in ("messages", "sessions", "steers")
+        (f"steerable_{t}", "InnoDB", "utf8mb4_bin")
+        for t in ("events", "inputs", "messages", "service", "sessions", "steers", "turns")
     ]
 
 
