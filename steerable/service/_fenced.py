@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from steerable.errors import Fenced, UsageError
+from steerable.errors import Fenced, StoreUnavailable, UsageError
 from steerable.messages import Message
 from steerable.service_store import Input, Lease, ServiceStore
 from steerable.store import Steer, Store
@@ -19,11 +19,12 @@ from steerable.store import Steer, Store
 class LeaseCell:
     """The current lease of a turn (renewals replace it) and whether it was lost."""
 
-    __slots__ = ("fenced", "lease")
+    __slots__ = ("fenced", "lease", "store_failed")
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.fenced = False
+        self.store_failed = False  # a write failed on the store: the turn is carried on
 
 
 class FencedStore:
@@ -65,6 +66,9 @@ class FencedStore:
             return await self._service.step(lease, messages, at=at, take=take)
         except Fenced:
             self._cell.fenced = True
+            raise
+        except StoreUnavailable:
+            self._cell.store_failed = True
             raise
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:

@@ -48,6 +48,22 @@ class Counters:
     running: dict[str, str] = field(default_factory=dict)  # session -> turn
 
 
+class _Serving:
+    """A turn this replica runs: its lease, the agent's current view of it, the stop."""
+
+    __slots__ = ("cell", "renew_now", "stop", "turn")
+
+    def __init__(self, cell: LeaseCell) -> None:
+        self.cell = cell
+        self.renew_now = asyncio.Event()
+        self.stop = False
+        self.turn: Turn
+
+    def stop_turn(self) -> None:
+        self.stop = True
+        self.turn.request_stop()
+
+
 @dataclass(frozen=True)
 class Settings:
     """How a replica holds leases and looks for work (see ``Service``)."""
@@ -78,7 +94,7 @@ class Replica:
         self.counters = Counters()
         self._wake = asyncio.Event()
         self._hinted: list[str] = []
-        self._turns: dict[str, tuple[Turn, asyncio.Event, LeaseCell]] = {}
+        self._turns: dict[str, _Serving] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- looking for work -------------------------------------------------------------------
@@ -100,8 +116,8 @@ class Replica:
         # Their leases expire and another replica carries them on. Nothing more is written:
         # a cancelled run would otherwise save its calls under way as "cancelled", and the
         # next holder must redo them instead.
-        for _, _, cell in self._turns.values():
-            cell.fenced = True
+        for serving in self._turns.values():
+            serving.cell.fenced = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -116,7 +132,7 @@ class Replica:
                             self._hinted.append(hint.session)
                             self._wake.set()
                         elif hint.session in self._turns:
-                            self._turns[hint.session][1].set()  # renew now: learn the stop
+                            self._turns[hint.session].renew_now.set()  # learn the stop now
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the listener's connection went away: poll meanwhile
@@ -171,47 +187,81 @@ class Replica:
 
     async def _serve(self, claim: Claim) -> None:
         session = claim.lease.session
-        cell = LeaseCell(claim.lease)
-        turn = self._turn(claim, cell)
-        renew_now = asyncio.Event()
-        self._turns[session] = (turn, renew_now, cell)
+        serving = _Serving(LeaseCell(claim.lease))
+        serving.turn = self._turn(claim, claim.messages, claim.steers_taken, serving)
+        self._turns[session] = serving
         self.counters.running[session] = claim.turn
-        renewer = asyncio.create_task(self._renew(cell, turn, renew_now))
+        renewer = asyncio.create_task(self._renew(serving, session))
         try:
             outcome = _already_over(claim)
             if outcome is not None:
                 self.counters.recorded_on_takeover += 1
             else:
-                outcome = await self._run(turn)
+                outcome = await self._carry(claim, serving)
         finally:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
             del self._turns[session]
             del self.counters.running[session]
-        if cell.fenced:
+        if serving.cell.fenced:
             self.counters.fenced += 1
             log.info("session %r: the lease was lost; the new holder goes on", session)
             return
-        await self._end(cell, outcome)
+        await self._end(serving.cell, outcome)
 
-    def _turn(self, claim: Claim, cell: LeaseCell) -> Turn:
-        messages = list(claim.messages)
+    async def _carry(self, claim: Claim, serving: _Serving) -> Outcome:
+        """Run the turn; while the store failed under it (and the lease holds), run it again
+        from what is stored, the way another replica would carry it on."""
+        cell = serving.cell
+        while True:
+            outcome = await self._run(serving.turn)
+            if not cell.store_failed or cell.fenced or serving.stop:
+                return outcome
+            self.counters.store_errors += 1
+            reloaded = await self._reload(claim, serving)
+            if reloaded is None:
+                return outcome
+            serving.turn = reloaded
+
+    async def _reload(self, claim: Claim, serving: _Serving) -> Turn | None:
+        """The turn again, from the stored transcript, once the store answers (None if the
+        lease was lost or a stop came meanwhile)."""
+        session, pause = claim.lease.session, 0.05
+        while not serving.cell.fenced and not serving.stop:
+            try:
+                messages = await self.store.messages(session)
+                view = await self.service.turn(session, claim.turn)
+            except StoreError as exc:
+                log.warning("session %r: waiting for the store to carry on (%s)", session, exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, self.settings.renew_every)
+                continue
+            serving.cell.store_failed = False
+            taken = view.steers_taken if view is not None else claim.steers_taken
+            return self._turn(claim, messages, taken, serving)
+        return None
+
+    def _turn(self, claim: Claim, stored: list[Message], taken: int, serving: _Serving) -> Turn:
+        messages = list(stored)
         if claim.prompt.id not in {m.id for m in messages[claim.start :]}:
             messages.append(claim.prompt.message(steered=False))
-        fenced = FencedStore(self.store, self.service, cell, list(claim.messages))
+        fenced = FencedStore(self.store, self.service, serving.cell, list(stored))
         live = self.live
         session, turn_id = claim.lease.session, claim.turn
         sink = None if live is None else (lambda event: live(session, turn_id, event))
-        return Turn(
+        turn = Turn(
             session=session,
             id=turn_id,
             prompt=claim.prompt,
             messages=messages,
             store_session=Session(session, fenced),
-            resumed=claim.resumed,
-            steers_left=max(0, min(claim.cap, self.agent.steers_per_turn) - claim.steers_taken),
+            resumed=claim.resumed or taken != claim.steers_taken or stored != claim.messages,
+            steers_left=max(0, min(claim.cap, self.agent.steers_per_turn) - taken),
             events=sink,
         )
+        if serving.stop:
+            turn.request_stop()
+        return turn
 
     async def _run(self, turn: Turn) -> Outcome:
         try:
@@ -222,25 +272,25 @@ class Replica:
             log.exception("session %r: the agent failed turn %r", turn.session, turn.id)
             return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
 
-    async def _renew(self, cell: LeaseCell, turn: Turn, now: asyncio.Event) -> None:
-        every = self.settings.renew_every
+    async def _renew(self, serving: _Serving, session: str) -> None:
+        every, cell = self.settings.renew_every, serving.cell
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(now.wait(), every)
-            now.clear()
+                await asyncio.wait_for(serving.renew_now.wait(), every)
+            serving.renew_now.clear()
             try:
                 renewal = await self.service.renew(cell.lease, seconds=self.settings.lease)
             except Fenced:
                 cell.fenced = True
-                turn.request_stop()
+                serving.stop_turn()
                 return
             except StoreError as exc:  # try again; the next write will tell if it was lost
                 self.counters.store_errors += 1
-                log.warning("session %r: renewal failed: %s", turn.session, exc)
+                log.warning("session %r: renewal failed: %s", session, exc)
                 continue
             cell.lease = renewal.lease
             if renewal.stop_requested:
-                turn.request_stop()
+                serving.stop_turn()
 
     async def _end(self, cell: LeaseCell, outcome: Outcome) -> None:
         deadline = time.monotonic() + self.settings.lease

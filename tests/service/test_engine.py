@@ -206,3 +206,43 @@ async def test_bad_input_is_a_usage_error_and_an_unknown_session_is_empty() -> N
         await service.send("", "x")
     status = await service.status("nobody")
     assert (status.turn, status.waiting, status.queued) == (None, [], 0)
+
+
+class _Flaky(MemoryStore):
+    """A memory store whose ``fail``-th step fails: before writing, or after (answer lost)."""
+
+    def __init__(self, fail: int, *, after_writing: bool) -> None:
+        super().__init__()
+        self.fail, self.after_writing, self.steps = fail, after_writing, 0
+
+    async def step(self, lease, messages, *, at, take):  # type: ignore[no-untyped-def]
+        from steerable.errors import StoreUnavailable
+
+        self.steps += 1
+        if self.steps != self.fail:
+            return await super().step(lease, messages, at=at, take=take)
+        if self.after_writing:
+            await super().step(lease, messages, at=at, take=take)
+        raise StoreUnavailable("the line to the database went down")
+
+
+@pytest.mark.parametrize("after_writing", [False, True], ids=["before-write", "answer-lost"])
+async def test_a_store_outage_mid_turn_is_carried_on_with_nothing_twice(after_writing: bool) -> None:
+    store = _Flaky(2, after_writing=after_writing)
+    service = Service(store, demo_agent(seconds=0.01), poll=0.05)
+    async with service.serving() as replica:
+        first = await service.send("s", "go")
+        steer_sent = await service.steer("s", "and this")
+        done = await service.wait("s", first.id, seconds=10)
+    assert done is not None and done.state == "completed"
+    messages = await store.messages("s")
+    ids = [m.id for m in messages]
+    assert ids.count(first.id) == 1 and len(ids) == len(set(ids))
+    from steerable.messages import transcript_problems
+
+    assert transcript_problems(messages) == []
+    assert replica.counters.store_errors >= 1 and replica.counters.ended >= 1
+    fate = await service.input("s", steer_sent.id)
+    assert fate is not None and fate.state in ("taken", "prompt")
+    started = [e for e in await service.events("s", after=0, limit=500) if e.kind == "turn_ended"]
+    assert len([e for e in started if e.turn == first.id]) == 1
