@@ -7,6 +7,7 @@ transcript; every steer is answered exactly once.
 
 from steerable.errors import (
     CorruptRecord,
+    Fenced,
     InvalidMessage,
     ModelError,
     ProviderError,
@@ -83,6 +84,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "TranscriptConflict",
+    "Fenced",
     "Usage",
     "UsageError",
     "assistant",

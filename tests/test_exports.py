@@ -20,6 +20,7 @@ MODULES = [
     "steerable",
     "steerable.models",
     "steerable.testing",
+    "steerable.service",
     "steerable.stores.migrations",
     "steerable.stores.postgres",
     "steerable.stores.mysql",

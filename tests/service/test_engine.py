@@ -246,3 +246,38 @@ async def test_a_store_outage_mid_turn_is_carried_on_with_nothing_twice(after_wr
     assert fate is not None and fate.state in ("taken", "prompt")
     started = [e for e in await service.events("s", after=0, limit=500) if e.kind == "turn_ended"]
     assert len([e for e in started if e.turn == first.id]) == 1
+
+
+class _EndLost(MemoryStore):
+    """A memory store whose ``end_turn`` never reaches it for the holder ``loser``."""
+
+    async def end_turn(self, lease, outcome):  # type: ignore[no-untyped-def]
+        from steerable.errors import StoreUnavailable
+
+        if lease.holder == "loser":
+            raise StoreUnavailable("the end never arrived")
+        return await super().end_turn(lease, outcome)
+
+
+async def test_a_turn_answered_but_not_recorded_ended_is_recorded_by_the_next_holder() -> None:
+    store, seen = _EndLost(), Recorder()
+    loser = Service(store, demo_agent(seconds=0.01), replica="loser", lease=0.4, poll=0.05)
+    async with loser.serving() as first_replica:
+        sent = await loser.send("s", "go")
+        await _until(lambda: _answered(store), "the answer saved")
+        await _until(lambda: _idle(first_replica), "the loser giving up on the end")
+    heir = Service(store, demo_agent(seconds=0.01, record=seen), replica="heir", poll=0.05)
+    async with heir.serving() as replica:
+        done = await heir.wait("s", sent.id, seconds=10)
+    assert done is not None and (done.state, done.text) == ("completed", "answered: go")
+    assert seen.requests == [], "the answered turn was not run again"
+    assert replica.counters.recorded_on_takeover == 1
+
+
+async def _answered(store: MemoryStore) -> bool:
+    messages = await store.messages("s")
+    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
+
+
+async def _idle(replica: object) -> bool:
+    return not replica.counters.running  # type: ignore[attr-defined]
