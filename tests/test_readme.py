@@ -36,3 +36,16 @@ def test_steerable_help_lists_the_commands() -> None:
     )
     assert done.returncode == 0
     assert "demo" in done.stdout
+
+
+def test_the_service_example_runs_as_written(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    code = next(c for c in re.findall(r"```python\n(.*?)```", readme, re.S) if "Service(" in c)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "steer went to turn True",
+        "completed answered: plan my week | skip friday",
+    ]
