@@ -8,11 +8,16 @@ from typing import Any
 
 from steerable.stores.migrations import pending, refusal
 from steerable.stores.postgres._schema import MIGRATIONS
-from steerable.stores.postgres._store import APPLY, translated
+from steerable.stores.postgres._translate import APPLY, translated
 
-# Every migrator of the database queues on this lock; a transaction-level lock, so a
-# migrator that dies lets go with its connection.
-_LOCK = "SELECT pg_advisory_xact_lock(7310582279216590951)"
+# Every migrator of the database queues on this lock, held for its whole run (so the first
+# applies every pending step and the later ones find them done) and taken again by each
+# step's transaction (the lock of the releases that held it per step). Both kinds are let go
+# with the connection of a migrator that dies.
+_KEY = 7310582279216590951
+_RUN_LOCK = f"SELECT pg_advisory_lock({_KEY})"
+_RUN_UNLOCK = f"SELECT pg_advisory_unlock({_KEY})"
+_LOCK = f"SELECT pg_advisory_xact_lock({_KEY})"
 
 _BOOKS = """
 CREATE TABLE IF NOT EXISTS steerable_schema (
@@ -31,16 +36,21 @@ async def migrate(pool: Any) -> list[int]:
 
     ``pool`` is an ``asyncpg`` pool or connection; the tables go where its ``search_path``
     puts them, as the store's statements will look for them. Each step runs in a
-    transaction of its own with the row that records it, under an advisory lock: replicas
-    that all migrate at start-up queue, and each later one finds the steps done. Safe to
+    transaction of its own with the row that records it, under an advisory lock held for
+    the whole run: replicas that all migrate at start-up queue, the first applies every
+    pending step, and each later one finds them done. Safe to
     run again (it does nothing); a database newer than this steerable is left untouched
     (:class:`~steerable.errors.StoreUnavailable`, asking for a newer steerable).
     """
     applied: list[int] = []
     with translated("apply the steerable migrations"):
         async with _connection(pool) as connection:
-            while step := await _next_step(connection):
-                applied.append(step)
+            await connection.execute(_RUN_LOCK)
+            try:
+                while step := await _next_step(connection):
+                    applied.append(step)
+            finally:
+                await connection.execute(_RUN_UNLOCK)
     return applied
 
 

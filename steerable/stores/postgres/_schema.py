@@ -16,6 +16,18 @@ list of statements run in one transaction with its version row (Postgres DDL is
 transactional), so a step is applied whole or not at all. Its statements say ``IF NOT
 EXISTS`` where they can, so a step also adopts tables made by hand from the same DDL.
 To change the schema, append a step; never edit one that has shipped.
+
+Step 2 holds the service's state (:mod:`steerable.service_store`): one row per session
+(``steerable_sessions``: the lease, its ``epoch``, the running turn, the counters that
+number inputs and events, how many inputs wait to be turns, and a ``version`` every write
+but a renewal grows), its inputs, turns and durable events. An input keeps, like a steer,
+the codec body of the steered user message it may become, so a step copies it into the
+transcript inside SQL; its text is read back from that body (NUL included). A turn's
+``answer`` and ``error`` are ``json.dumps`` text, so they may hold NUL too; an event's
+``data`` is JSON text. ``began`` is the epoch of a turn's first claim: it orders the turns
+by claim. The partial index ``steerable_sessions_work`` holds only the sessions with work
+(a running turn or an input that waits to be one), so a claim of any session reads those
+by lease expiry and never the sessions that went idle.
 """
 
 from __future__ import annotations
@@ -48,6 +60,69 @@ MIGRATIONS: Final = validated(
 )""",
                 """CREATE INDEX IF NOT EXISTS steerable_steers_waiting
     ON steerable_steers (session, seq) WHERE NOT taken""",
+            ),
+        ),
+        Migration(
+            2,
+            "the service tables: sessions, inputs, turns and events",
+            (
+                """CREATE TABLE IF NOT EXISTS steerable_sessions (
+    session text        PRIMARY KEY,
+    version bigint      NOT NULL DEFAULT 0,
+    epoch   bigint      NOT NULL DEFAULT 0,
+    holder  text,
+    expires timestamptz NOT NULL DEFAULT '-infinity',
+    running text,
+    inputs  bigint      NOT NULL DEFAULT 0,
+    events  bigint      NOT NULL DEFAULT 0,
+    queued  bigint      NOT NULL DEFAULT 0
+)""",
+                """CREATE INDEX IF NOT EXISTS steerable_sessions_work
+    ON steerable_sessions (expires) WHERE running IS NOT NULL OR queued > 0""",
+                """CREATE TABLE IF NOT EXISTS steerable_inputs (
+    session text   NOT NULL,
+    seq     bigint NOT NULL,
+    id      text   NOT NULL,
+    kind    text   NOT NULL CHECK (kind IN ('send', 'steer')),
+    body    text   NOT NULL,
+    offered text,
+    ahead   bigint NOT NULL,
+    state   text   NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'taken', 'prompt')),
+    turn    text,
+    step    bigint,
+    CONSTRAINT steerable_inputs_seq PRIMARY KEY (session, seq),
+    CONSTRAINT steerable_inputs_id UNIQUE (session, id)
+)""",
+                """CREATE INDEX IF NOT EXISTS steerable_inputs_waiting
+    ON steerable_inputs (session, seq) WHERE state = 'waiting'""",
+                """CREATE TABLE IF NOT EXISTS steerable_turns (
+    session        text    NOT NULL,
+    id             text    NOT NULL,
+    began          bigint  NOT NULL,
+    start_position bigint  NOT NULL,
+    cap            bigint  NOT NULL,
+    state          text    NOT NULL,
+    epoch          bigint  NOT NULL,
+    steps          bigint  NOT NULL DEFAULT 0,
+    steers_taken   bigint  NOT NULL DEFAULT 0,
+    offered        bigint  NOT NULL DEFAULT 0,
+    stop_requested boolean NOT NULL DEFAULT false,
+    end_position   bigint,
+    answer         text    NOT NULL DEFAULT '""',
+    error          text,
+    CONSTRAINT steerable_turns_id PRIMARY KEY (session, id)
+)""",
+                """CREATE INDEX IF NOT EXISTS steerable_turns_start
+    ON steerable_turns (session, start_position, began)""",
+                """CREATE TABLE IF NOT EXISTS steerable_events (
+    session text        NOT NULL,
+    id      bigint      NOT NULL,
+    kind    text        NOT NULL,
+    turn    text,
+    data    text        NOT NULL,
+    at      timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT steerable_events_id PRIMARY KEY (session, id)
+)""",
             ),
         ),
     ]

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import asyncpg  # type: ignore[import-untyped]
 
 from steerable import codec
-from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
+from steerable.errors import InvalidMessage, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.store import Steer
-from steerable.stores.migrations import refusal, require
+from steerable.stores.migrations import require
 from steerable.stores.postgres._schema import MIGRATIONS
+from steerable.stores.postgres._service import PostgresServiceTables
+from steerable.stores.postgres._translate import APPLY, translated
 
 __all__ = ["APPLY", "Pool", "PostgresStore", "translated"]
-
-APPLY = "await steerable.stores.postgres.migrate(pool)"
-"""How the application applies the pending migrations; errors that ask for them quote it."""
 
 # Appends the messages at position $2 (or the end, when $2 is NULL), takes up to $5 waiting
 # steers and appends them right after: one statement, so one implicit transaction and one
@@ -127,8 +125,8 @@ class Pool(Protocol):
         ...
 
 
-class PostgresStore:
-    """A :class:`steerable.Store` in Postgres, over the application's ``asyncpg`` pool.
+class PostgresStore(PostgresServiceTables):
+    """A :class:`steerable.Store` and a service store in Postgres, over an ``asyncpg`` pool.
 
     The store runs no DDL: apply :data:`steerable.stores.postgres.MIGRATIONS` first with
     :func:`steerable.stores.postgres.migrate` (and call :meth:`check_schema` at start-up
@@ -267,27 +265,3 @@ class PostgresStore:
         with translated(f"read the length of session {session!r}"):
             length: int = await self.pool.fetchval(_LENGTH, session)
         return length
-
-
-@contextmanager
-def translated(doing: str) -> Iterator[None]:
-    """Turn a driver's failure into a :class:`StoreUnavailable` that says what failed."""
-    try:
-        yield
-    except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError) as exc:
-        missing = refusal(0, MIGRATIONS, store="Postgres", apply=APPLY)
-        raise StoreUnavailable(f"cannot {doing}: {exc}; {missing}") from exc
-    except asyncpg.CharacterNotInRepertoireError as exc:
-        # message and steer texts reach Postgres codec-escaped; an id goes in as it is, and
-        # a Postgres text value cannot hold NUL: a limit of the column, like MySQL's length
-        raise UsageError(f"cannot {doing}: a Postgres id cannot hold NUL ({exc})") from exc
-    except (asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
-        # the pool is closed, a connection was lost; asyncpg reports a connection the server
-        # terminated while it sat idle in the pool as an internal client error
-        raise StoreUnavailable(f"cannot {doing}: the Postgres connection failed: {exc}") from exc
-    except OSError as exc:  # refused, reset, unreachable, timed out
-        raise StoreUnavailable(f"cannot {doing}: Postgres cannot be reached: {exc}") from exc
-    except asyncpg.PostgresError as exc:  # shut down, terminated, out of connections, ...
-        raise StoreUnavailable(
-            f"cannot {doing}: Postgres refused it ({exc.sqlstate} {type(exc).__name__}): {exc}"
-        ) from exc
