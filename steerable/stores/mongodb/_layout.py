@@ -14,7 +14,25 @@ from bson import ObjectId
 SESSIONS: Final = "steerable_sessions"  # heads (_id the session), id lists (_id {s, p})
 CHUNKS: Final = "steerable_chunks"  # flushed runs of the transcript, _id {s, p}
 BLOBS: Final = "steerable_blobs"  # out-of-line message bodies, _id ObjectId
-COLLECTIONS: Final = (SESSIONS, CHUNKS, BLOBS)
+CORE_COLLECTIONS: Final = (SESSIONS, CHUNKS, BLOBS)  # step 1 makes these
+
+# The service's (step 3): one document per session, inputs, turns and durable events
+SERVICE: Final = "steerable_service"  # _id the session: lease, running turn, counters
+INPUTS: Final = "steerable_inputs"  # _id {s, i}: one input per (session, id)
+TURNS: Final = "steerable_turns"  # _id {s, i}: a turn, named by its prompt's id
+EVENTS: Final = "steerable_events"  # _id {s, n}: the session's events 1, 2, ...
+SERVICE_COLLECTIONS: Final = (SERVICE, INPUTS, TURNS, EVENTS)
+COLLECTIONS: Final = (*CORE_COLLECTIONS, *SERVICE_COLLECTIONS)
+
+SERVICE_INDEXES: Final[tuple[tuple[str, str, tuple[tuple[str, int], ...], bool], ...]] = (
+    # (collection, name, keys, unique)
+    (SERVICE, "steerable_service_work", (("w", 1), ("x", 1)), False),  # the claim's scan
+    (INPUTS, "steerable_inputs_order", (("s", 1), ("n", 1)), True),
+    (INPUTS, "steerable_inputs_fate", (("s", 1), ("st", 1), ("t", 1), ("n", 1)), False),
+    (TURNS, "steerable_turns_order", (("s", 1), ("o", 1)), True),
+    (EVENTS, "steerable_events_order", (("s", 1), ("n", 1)), True),
+)
+"""The service collections' indexes, made by step 3."""
 
 IDS_INDEX: Final = "steerable_session_ids"  # unique on (s, k): an id in one document only
 IDS_KEY: Final = (("s", 1), ("k", 1))

@@ -34,7 +34,7 @@ _NAMESPACE_EXISTS: Final = 48
 async def _collections(db: AsyncDatabase[Any]) -> None:
     """Create the store's collections (and the versions' one) if they are missing."""
     existing = set(await db.list_collection_names())
-    for name in (*layout.COLLECTIONS, SCHEMA):
+    for name in (*layout.CORE_COLLECTIONS, SCHEMA):
         if name not in existing:
             try:
                 await db.create_collection(name, check_exists=False)
@@ -82,6 +82,28 @@ async def _ids_index(db: AsyncDatabase[Any]) -> None:
     await sessions.create_index(list(layout.IDS_KEY), unique=True, name=layout.IDS_INDEX)
 
 
+async def _service_collections(db: AsyncDatabase[Any]) -> None:
+    """Create the service's collections and their indexes, if they are missing.
+
+    Made here rather than on first use: on MongoDB before 4.4 a transaction cannot create
+    a collection, and every service write is a transaction. An index of the same keys made
+    by hand under another name is adopted, as for step 2's.
+    """
+    existing = set(await db.list_collection_names())
+    for name in layout.SERVICE_COLLECTIONS:
+        if name not in existing:
+            try:
+                await db.create_collection(name, check_exists=False)
+            except OperationFailure as exc:
+                if exc.code != _NAMESPACE_EXISTS:
+                    raise
+    for collection, name, keys, unique in layout.SERVICE_INDEXES:
+        specs = (await db[collection].index_information()).values()
+        if any(tuple((str(k), int(o)) for k, o in spec.get("key", ())) == keys for spec in specs):
+            continue
+        await db[collection].create_index(list(keys), unique=unique, name=name)
+
+
 MIGRATIONS: Final[tuple[Migration[Step], ...]] = validated(
     [
         Migration(1, "the sessions, chunks and blobs collections", (_collections,)),
@@ -89,6 +111,11 @@ MIGRATIONS: Final[tuple[Migration[Step], ...]] = validated(
             2,
             "layout 2: an id list per chunk and a unique (s, k) index; converts layout-1 heads",
             (_heads_of_layout_2, _ids_index),
+        ),
+        Migration(
+            3,
+            "the service's collections: sessions' leases, inputs, turns and events",
+            (_service_collections,),
         ),
     ]
 )

@@ -27,12 +27,16 @@ from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Entry, Staged
 from steerable.stores.mongodb._migrate import APPLY, MIGRATIONS, schema_version
+from steerable.stores.mongodb._service import MongoServiceTables
 
 _RACE_RETRIES = 5
 
 
-class MongoStore:
-    """A :class:`steerable.Store` in a MongoDB database; see the package docstring.
+class MongoStore(MongoServiceTables):
+    """A :class:`steerable.Store` and a service store in a MongoDB database.
+
+    See the package docstring for the transcript's documents and
+    :mod:`steerable.stores.mongodb._service` for the service's (which need a replica set).
 
     ``db`` is a database of the application's ``pymongo.AsyncMongoClient``: its pool,
     timeouts and write concern are the application's choice. Keep the default primary read

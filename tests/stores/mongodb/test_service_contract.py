@@ -1,0 +1,120 @@
+"""The MongoDB store keeps the whole service store contract, on a SecantusDB server.
+
+The same lifespan and store factory as the store contract's (a database migrated once,
+dropped at the end); beside the cases, what is MongoDB's own: hints over a change stream
+from another client, a write refused whole when a claim took the session from under it,
+and step 3 of the migrations keeping what a database of version 2 held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pymongo import AsyncMongoClient
+from pymongo.asynchronous.database import AsyncDatabase
+
+from steerable.errors import Fenced, StoreUnavailable
+from steerable.messages import assistant, user
+from steerable.service_store import Hint, Input, Notifying, Outcome, ServiceStore
+from steerable.stores.mongodb import MIGRATIONS, SCHEMA_VERSION, MongoStore, migrate
+from steerable.stores.mongodb._migrate import SCHEMA
+from steerable.testing import OpenStore, ServiceContract
+from tests.stores.mongodb._server import scratch_database
+from tests.stores.mongodb.test_mongodb_contract import _client, _database, open_store
+
+pytestmark = pytest.mark.usefixtures("mongo_server")
+
+
+@pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning")
+@pytest.mark.store_abilities("persistent", "processes", "corruptible", "outage", "lockable")
+class TestMongoServiceStore(ServiceContract):
+    lifespan = _database
+
+    @pytest.fixture
+    def store_factory(self, store_lifespan: str) -> OpenStore:
+        return functools.partial(open_store, store_lifespan)
+
+
+@pytest.fixture
+async def db() -> AsyncIterator[AsyncDatabase[Any]]:
+    """An empty database of its own, migrated, dropped after the test."""
+    async with scratch_database() as database:
+        await migrate(database)
+        yield database
+
+
+async def test_the_store_is_a_notifying_service_store(db: AsyncDatabase[Any]) -> None:
+    store = MongoStore(db)
+    assert isinstance(store, ServiceStore) and isinstance(store, Notifying)
+
+
+async def _next(hints: AsyncIterator[Hint]) -> Hint:
+    return await asyncio.wait_for(anext(hints), 10)
+
+
+async def test_hints_reach_another_client_on_commit(db: AsyncDatabase[Any]) -> None:
+    """Work and stop hints, written by one client, arrive at another's change stream."""
+    other: AsyncMongoClient[dict[str, Any]] = _client()
+    try:
+        writer, listener = MongoStore(db), MongoStore(other[db.name])
+        async with listener.hints() as hints:
+            await writer.enqueue("h", Input("send", "go", "t"))
+            assert await _next(hints) == Hint("work", "h")
+            claim = await writer.claim("a", seconds=60, cap=16, session="h")
+            assert claim is not None
+            await writer.enqueue("h", Input("send", "next", "b"))  # a turn runs: no hint
+            assert await writer.stop("h") == "t"
+            assert await _next(hints) == Hint("stop", "h"), "the second send made no hint"
+            assert await writer.end_turn(claim.lease, Outcome("stopped")) == "b"
+            assert await _next(hints) == Hint("work", "h")
+    finally:
+        await other.close()
+
+
+async def test_a_fenced_step_writes_nothing_in_any_collection(db: AsyncDatabase[Any]) -> None:
+    """Behind the store's back: no document of any collection changed by the stale step."""
+    store = MongoStore(db)
+    await store.enqueue("f", Input("send", "go", "t"))
+    a = await store.claim("a", seconds=0.2, cap=16, session="f")
+    assert a is not None
+    await store.step(a.lease, [a.prompt.message(steered=False)], at=0, take=16)
+    await store.enqueue("f", Input("steer", "wait", "s"))
+    await asyncio.sleep(0.6)
+    assert await store.claim("b", seconds=60, cap=16, session="f") is not None
+
+    async def everything() -> dict[str, list[dict[str, Any]]]:
+        names = sorted(await db.list_collection_names())
+        return {n: await db[n].find({}, {"now": 0}).to_list(None) for n in names}
+
+    before = await everything()
+    with pytest.raises(Fenced):
+        await store.step(a.lease, [assistant("stale " * 20_000)], at=1, take=16)  # a blob too
+    assert await everything() == before
+
+
+async def test_step_3_keeps_a_database_of_version_2() -> None:
+    """A database at version 2 with a transcript: migrating adds the service, loses nothing."""
+    async with scratch_database() as db:
+        earlier = [m.version for m in MIGRATIONS if m.version < 3]
+        for migration in MIGRATIONS[:2]:
+            for part in migration.steps:
+                await part(db)
+            await db[SCHEMA].insert_one({"_id": migration.version})
+        store = MongoStore(db)
+        with pytest.raises(StoreUnavailable, match=r"step 3"):
+            await store.check_schema()
+        await db["steerable_sessions"].insert_one(
+            {"_id": "x", "s": "x", "n": 0, "base": 0, "tb": 0, "mv": 0, "tail": [], "k": []}
+        )
+        assert earlier == [1, 2]
+        assert await migrate(db) == [3] and SCHEMA_VERSION == 3
+        store = MongoStore(db)
+        await store.save("x", [user("kept")], at=0)
+        await store.enqueue("x", Input("send", "then", "t"))
+        claim = await store.claim("a", seconds=60, cap=16, session="x")
+        assert claim is not None and [m.text for m in claim.messages] == ["kept"]
+        assert claim.start == 1
