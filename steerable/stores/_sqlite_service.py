@@ -122,6 +122,15 @@ _TURN = (
 _INPUT = "id, kind, text, seq, state, turn, step"
 _QUEUED = "session = ? AND state = 'waiting' AND turn IS NULL"
 
+# The two statements whose cost must not grow with the file (their plans are tested): a
+# scanning claim reads only the partial index of sessions with work, and a step finds the
+# transcript's end on the position index.
+CLAIMABLE = (
+    "SELECT session FROM steerable_service WHERE (running IS NOT NULL OR queued > 0)"
+    " AND expires <= ? ORDER BY expires LIMIT 1"
+)
+LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = ?"
+
 
 @dataclass
 class _Svc:
@@ -257,10 +266,7 @@ def _turn(db: sqlite3.Connection, session: str, id: str) -> _Turn | None:
 
 def _length(db: sqlite3.Connection, session: str) -> int:
     """The transcript's length, from the position index (no transcript read)."""
-    (length,) = db.execute(
-        "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = ?",
-        (session,),
-    ).fetchone()
+    (length,) = db.execute(LENGTH, (session,)).fetchone()
     return cast(int, length)
 
 
@@ -353,11 +359,7 @@ def _enqueue(db: sqlite3.Connection, session: str, input: Input) -> Accepted:
 
 def _claimable(db: sqlite3.Connection, now: float) -> str | None:
     """A session with work and no live lease, through the partial index of those with work."""
-    row = db.execute(
-        "SELECT session FROM steerable_service WHERE (running IS NOT NULL OR queued > 0)"
-        " AND expires <= ? ORDER BY expires LIMIT 1",
-        (now,),
-    ).fetchone()
+    row = db.execute(CLAIMABLE, (now,)).fetchone()
     return None if row is None else cast(str, row[0])
 
 
@@ -382,22 +384,7 @@ def _claim(
     ]
     resumed = svc.running is not None
     if svc.running is None:
-        first = _first_queued(db, tx.session)
-        assert first is not None, f"session {tx.session!r} counts a queued input it lacks"
-        id, kind, text = first
-        db.execute(
-            "UPDATE steerable_inputs SET state = 'prompt', turn = id WHERE session = ? AND id = ?",
-            (tx.session, id),
-        )
-        svc.queued -= 1
-        turn = _Turn(id, svc.epoch, len(messages), cap, "running", svc.epoch)
-        db.execute(
-            "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch)"
-            " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-            (tx.session, id, turn.ord, turn.start, cap, svc.epoch),
-        )
-        svc.running = id
-        prompt = Input(cast(InputKind, kind), json.loads(text), id)
+        turn, prompt = _start(tx, len(messages), cap)
     else:
         turn = tx.turn(svc.running)
         (kind, text) = db.execute(
@@ -424,6 +411,27 @@ def _claim(
         turn.cap,
         turn.stop_requested,
     )
+
+
+def _start(tx: _Tx, start: int, cap: int) -> tuple[_Turn, Input]:
+    """Make the first queued input the prompt of a new running turn at ``start``."""
+    svc = tx.svc
+    first = _first_queued(tx.db, tx.session)
+    assert first is not None, f"session {tx.session!r} counts a queued input it lacks"
+    id, kind, text = first
+    tx.db.execute(
+        "UPDATE steerable_inputs SET state = 'prompt', turn = id WHERE session = ? AND id = ?",
+        (tx.session, id),
+    )
+    svc.queued -= 1
+    svc.running = id
+    turn = _Turn(id, svc.epoch, start, cap, "running", svc.epoch)  # ord: the claim's epoch
+    tx.db.execute(
+        "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch)"
+        " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+        (tx.session, id, turn.ord, start, cap, svc.epoch),
+    )
+    return turn, Input(cast(InputKind, kind), json.loads(text), id)
 
 
 def _renew(db: sqlite3.Connection, lease: Lease, seconds: float) -> Renewal:
