@@ -550,3 +550,52 @@ async def the_queue_and_the_lease_outlive_the_store_object(
         assert status.turn.id == "t" and status.turn.holder == "r1"
         assert [w.id for w in status.waiting] == ["b"]
         await fresh.renew(claim.lease, seconds=LONG)  # type: ignore[attr-defined]
+
+
+@_case
+async def an_older_lease_of_the_same_holder_is_fenced(store: Both) -> None:
+    """Fencing is by epoch: a holder that claimed again cannot write with its old lease."""
+    sid = _sid()
+    await store.enqueue(sid, _send("go"))
+    old = await _claimed(store, sid, holder="a", seconds=SHORT)
+    await asyncio.sleep(WAIT)
+    new = await _claimed(store, sid, holder="a")
+    assert new.lease.epoch == old.lease.epoch + 1 and new.resumed
+    with pytest.raises(Fenced):
+        await store.step(old.lease, [old.prompt.message(steered=False)], at=0, take=16)
+    with pytest.raises(Fenced):
+        await store.renew(old.lease, seconds=LONG)
+    with pytest.raises(Fenced):
+        await store.end_turn(old.lease, Outcome("completed"))
+    assert await store.messages(sid) == []
+    assert await _first_step(store, new) == []
+
+
+@_case
+async def a_scanning_claim_skips_a_session_with_a_live_lease(store: Both) -> None:
+    """A scan never returns a session whose lease is live, even when it has inputs waiting."""
+    sid = _sid()
+    await store.enqueue(sid, _send("one"))
+    await store.enqueue(sid, _send("two"))
+    await _claimed(store, sid, holder="a")
+    for _ in range(10_000):
+        claim = await store.claim("scanner", seconds=LONG, cap=16)
+        if claim is None:
+            return
+        assert claim.lease.session != sid, "the scan claimed a session with a live lease"
+    raise AssertionError("the scan never ran out of sessions")
+
+
+@_case
+async def a_repeated_steer_id_repeats_its_first_answer(store: Both) -> None:
+    """A steer offered to the running turn, sent again, is still answered with that turn."""
+    sid = _sid()
+    await store.enqueue(sid, _send("go", "t"))
+    await _claimed(store, sid)
+    await store.enqueue(sid, _send("queued"))
+    first = await store.enqueue(sid, _steer("once", "s"))
+    again = await store.enqueue(sid, _steer("once", "s"))
+    assert (first.turn, first.duplicate) == ("t", False)
+    assert (again.turn, again.ahead, again.seq, again.duplicate) == ("t", first.ahead, 3, True)
+    queued = await store.enqueue(sid, _send("later", "q"))
+    assert (await store.enqueue(sid, _send("later", "q"))).ahead == queued.ahead == 2
