@@ -33,6 +33,19 @@ name the tables unqualified: a pool whose ``search_path`` starts with another Po
 schema keeps steerable's tables there (:func:`migrate` creates them there too).
 ``statement_cache_size=0`` (PgBouncer in transaction mode) works too, at the cost of a
 prepare round trip per call.
+
+The store is also the service's (:class:`steerable.service_store.ServiceStore`), over the
+same pool and the same messages table: a turn's ``step`` appends what the core's ``save``
+would, fenced by its lease. Each service write is one statement too, so one round trip: it
+locks the session's row, checks the lease's epoch and holder inside, and is refused whole
+(:class:`steerable.errors.Fenced`) when they are stale. The exceptions: a session's first
+input makes its row (three trips), and a statement that waited on the row's lock while
+another write committed runs again on a fresh snapshot. Leases expire on the server's clock.
+The store notifies (:class:`steerable.service_store.Notifying`): ``hints()`` listens on
+channel ``steerable`` (payload JSON ``{"kind", "session"}``) on one connection it takes
+from the pool for the context's lifetime; the writes that make work claimable and ``stop``
+notify inside their statement, so a hint is sent when the write commits. Under PgBouncer in
+transaction mode ``LISTEN`` does not work: use hints only over a direct pool.
 """
 
 from __future__ import annotations

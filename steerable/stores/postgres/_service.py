@@ -31,13 +31,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any, Final
 
 import asyncpg  # type: ignore[import-untyped]
 
 from steerable import codec
-from steerable.errors import Fenced, InvalidMessage, StoreUnavailable, TranscriptConflict
+from steerable.errors import (
+    Fenced,
+    InvalidMessage,
+    StoreUnavailable,
+    TranscriptConflict,
+    UsageError,
+)
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
@@ -660,25 +666,21 @@ class PostgresServiceTables:
         await self._check_once()
         acquire = getattr(self.pool, "acquire", None)
         if acquire is None:
-            raise StoreUnavailable("cannot listen for hints: the store's pool lends no connection")
+            raise UsageError("hints need an asyncpg pool: LISTEN holds a connection of its own")
         listener = _Listener()
-        with translated("take a connection to listen for hints"):
-            connection = await acquire()
-        try:
+        async with AsyncExitStack() as stack:
             with translated("listen for hints"):
+                connection = await stack.enter_async_context(acquire())
                 await connection.add_listener(CHANNEL, listener.heard)
             connection.add_termination_listener(listener.lost)
             try:
                 yield listener
             finally:
                 listener.close()
-                connection.remove_termination_listener(listener.lost)
-                if not connection.is_closed():
+                if not listener.lost_connection:  # a lost one has left the pool by itself
+                    connection.remove_termination_listener(listener.lost)
                     with translated("stop listening for hints"):
                         await connection.remove_listener(CHANNEL, listener.heard)
-        finally:
-            with translated("give the hints connection back"):
-                await self.pool.release(connection)  # type: ignore[attr-defined]
 
 
 class _Listener:
@@ -686,7 +688,7 @@ class _Listener:
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Hint | None] = asyncio.Queue()
-        self._lost = False
+        self.lost_connection = False
         self._closed = False
 
     def heard(self, connection: Any, pid: int, channel: str, payload: str) -> None:
@@ -701,7 +703,7 @@ class _Listener:
 
     def lost(self, connection: Any) -> None:
         """asyncpg's callback when the connection closes."""
-        self._lost = True
+        self.lost_connection = True
         self._queue.put_nowait(None)
 
     def close(self) -> None:
@@ -718,7 +720,7 @@ class _Listener:
         hint = await self._queue.get()
         if hint is not None:
             return hint
-        if self._lost and not self._closed:
+        if self.lost_connection and not self._closed:
             raise StoreUnavailable("the Postgres connection that listened for hints was lost")
         raise StopAsyncIteration
 

@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 
 from steerable.errors import StoreUnavailable, UsageError
+from steerable.messages import assistant, user
+from steerable.service_store import Input
+from steerable.store import Steer
 from steerable.stores.migrations import Migration
 from steerable.stores.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore, migrate
 
@@ -54,6 +57,27 @@ async def test_a_database_of_the_old_schema_script_is_at_version_1(empty_schema:
     )
     assert await migrate(empty_schema) == [m.version for m in MIGRATIONS[1:]]
     await PostgresStore(empty_schema).check_schema()
+
+
+async def test_a_database_at_version_1_keeps_its_data_through_the_service_tables_step(
+    empty_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as earlier:  # the release before the service
+        for module in ("_store", "_migrate"):
+            earlier.setattr(f"steerable.stores.postgres.{module}.MIGRATIONS", MIGRATIONS[:1])
+        assert await migrate(empty_schema) == [1]
+        old = PostgresStore(empty_schema)
+        await old.save("s", [user("kept"), assistant("too")], at=0)
+        await old.steer("s", Steer("still waiting", "w"))
+    assert await migrate(empty_schema) == [2]
+    store = PostgresStore(empty_schema)
+    assert [m.text for m in await store.messages("s")] == ["kept", "too"]
+    assert [(s.id, s.text) for s in await store.steers("s")] == [("w", "still waiting")]
+    await store.enqueue("s", Input("send", "go", "t"))
+    claim = await store.claim("a", seconds=60, cap=16, session="s")
+    assert claim is not None and (claim.start, len(claim.messages)) == (2, 2)
+    await store.step(claim.lease, [claim.prompt.message(steered=False)], at=2, take=0)
+    assert [m.text for m in await store.messages("s")] == ["kept", "too", "go"]
 
 
 def test_the_store_takes_a_pool_not_a_dsn() -> None:

@@ -1,0 +1,213 @@
+"""What the Postgres service tables do beyond the service contract (test_service_contract.py):
+one round trip per verb, counted on the wire; a statement that waited on the session's lock
+runs again on what the writer before it committed; a refusal writes no row; the scan of a
+claim reads the index of the sessions with work."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from steerable.errors import Fenced
+from steerable.messages import assistant, new_id, user
+from steerable.service_store import Input, Lease, Outcome
+from steerable.stores.postgres import PostgresStore
+from tests.stores.postgres.support import create_pool, server_address
+from tests.stores.postgres.wire import Wire
+
+_TABLES = ("steerable_sessions", "steerable_inputs", "steerable_turns", "steerable_events")
+
+
+def _sid() -> str:
+    return f"pg-service-{new_id()}"
+
+
+async def _no_reset(connection: Any) -> None:
+    """A pool reset that sends nothing: the store leaves no session state behind."""
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[Wire]:
+    """A relay to the server that counts the messages clients send."""
+    wire = Wire(*server_address())
+    await wire.restore()
+    try:
+        yield wire
+    finally:
+        await wire.cut()
+
+
+async def _rows(pool: Any, sid: str) -> dict[str, list[Any]]:
+    """Every row the service tables and the transcript hold for ``sid``, as text."""
+    rows: dict[str, list[Any]] = {}
+    for table in (*_TABLES, "steerable_messages"):
+        rows[table] = await pool.fetch(
+            f"SELECT t::text FROM {table} t WHERE session = $1 ORDER BY t::text", sid
+        )
+    return rows
+
+
+async def _until_waiting_on_a_lock(pool: Any) -> None:
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
+    )
+    for _ in range(2000):
+        if await pool.fetchval(query) >= 1:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the statement never waited on the session's lock")
+
+
+async def test_every_verb_is_one_round_trip(wire: Wire, database: str) -> None:
+    pool = await create_pool(
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+    )
+    try:
+        store = PostgresStore(pool)
+
+        async def trips(verb: Any) -> int:
+            wire.sent.clear()
+            await verb
+            assert wire.sent["P"] == 0, wire.sent  # prepared before: no parse on the way
+            return wire.round_trips
+
+        # a turn, once through, prepares every statement on the one connection
+        for sid in (_sid(), _sid()):
+            await store.enqueue(sid, Input("send", "go", "t"))
+            claim = await store.claim("a", seconds=60, cap=16, session=sid)
+            assert claim is not None
+            await store.enqueue(sid, Input("steer", "s"))
+            await store.renew(claim.lease, seconds=60)
+            await store.step(claim.lease, [claim.prompt.message(steered=False)], at=0, take=16)
+            await store.stop(sid)
+            await store.end_turn(claim.lease, Outcome("stopped"))
+        sid = _sid()
+        await store.enqueue(sid, Input("send", "first"))  # a session's first: its row too
+        assert await trips(store.enqueue(sid, Input("send", "go", "t"))) == 1
+        claim = await store.claim("a", seconds=60, cap=16, session=sid)
+        assert claim is not None
+        assert await trips(store.enqueue(sid, Input("steer", "use celsius", "s1"))) == 1
+        assert await trips(store.renew(claim.lease, seconds=60)) == 1
+        first = [claim.prompt.message(steered=False)]
+        assert await trips(store.step(claim.lease, first, at=0, take=16)) == 1  # a steer taken
+        answer = [assistant("calling"), user("result")]
+        assert await trips(store.step(claim.lease, answer, at=2, take=16)) == 1  # nobody steered
+        assert await trips(store.stop(sid)) == 1
+        assert await trips(store.end_turn(claim.lease, Outcome("stopped"))) == 1
+        assert await trips(store.claim("a", seconds=60, cap=16, session=sid)) == 1
+    finally:
+        await pool.close()
+
+
+async def test_a_step_that_waited_on_the_lock_takes_the_steer_committed_meanwhile(
+    pool: Any, store: PostgresStore
+) -> None:
+    # The step's snapshot is taken before it waits: without the version check it would not
+    # see the steer, and would number its events over the enqueue's.
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    claim = await store.claim("a", seconds=60, cap=16, session=sid)
+    assert claim is not None
+    async with pool.acquire() as other:
+        enqueue = other.transaction()
+        await enqueue.start()
+        await PostgresStore(other).enqueue(sid, Input("steer", "late", "s"))  # holds the lock
+        step = asyncio.create_task(
+            store.step(claim.lease, [claim.prompt.message(steered=False)], at=0, take=16)
+        )
+        await _until_waiting_on_a_lock(pool)
+        await enqueue.commit()
+        taken = await step
+    assert [m.id for m in taken] == ["s"]
+    events = await store.events(sid, after=0, limit=100)
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    assert [m.id for m in await store.messages(sid)] == ["t", "s"]
+
+
+async def test_a_claim_that_waited_on_the_lock_finds_the_lease_its_winner_took(
+    pool: Any, store: PostgresStore
+) -> None:
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    async with pool.acquire() as other:
+        winner = other.transaction()
+        await winner.start()
+        won = await PostgresStore(other).claim("a", seconds=60, cap=16, session=sid)
+        assert won is not None
+        loser = asyncio.create_task(store.claim("b", seconds=60, cap=16, session=sid))
+        await _until_waiting_on_a_lock(pool)
+        await winner.commit()
+        assert await loser is None
+    status = await store.status(sid)
+    assert status.turn is not None and (status.turn.holder, status.turn.epoch) == ("a", 1)
+
+
+async def test_a_lease_of_another_holder_or_of_no_turn_writes_no_row(
+    pool: Any, store: PostgresStore
+) -> None:
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    claim = await store.claim("a", seconds=60, cap=16, session=sid)
+    assert claim is not None
+    await store.enqueue(sid, Input("steer", "keep me", "s"))
+    before = await _rows(pool, sid)
+    other = Lease(sid, "b", claim.lease.epoch, claim.lease.expires_at)  # right epoch, not b's
+    prompt = [claim.prompt.message(steered=False)]
+    with pytest.raises(Fenced):
+        await store.step(other, prompt, at=0, take=16)
+    with pytest.raises(Fenced):
+        await store.renew(other, seconds=60)
+    with pytest.raises(Fenced):
+        await store.end_turn(other, Outcome("completed"))
+    assert await _rows(pool, sid) == before
+    await store.end_turn(claim.lease, Outcome("failed", error="boom"))
+    ended = await _rows(pool, sid)
+    with pytest.raises(Fenced):  # its turn is over: the lease holds nothing now
+        await store.step(claim.lease, prompt, at=0, take=16)
+    nobody = Lease(_sid(), "a", 1, claim.lease.expires_at)  # a session nobody wrote to
+    with pytest.raises(Fenced):
+        await store.step(nobody, prompt, at=0, take=16)
+    assert await _rows(pool, sid) == ended
+    assert await _rows(pool, nobody.session) == {t: [] for t in before}
+
+
+async def test_a_claim_of_any_session_reads_the_index_of_sessions_with_work(pool: Any) -> None:
+    # A tiny table is read whole, whatever the indexes: forbid that, and the plan shows
+    # whether the partial index can serve the scan (its predicate implied by the query's).
+    from steerable.stores.postgres._service import _CLAIM_ANY
+
+    lock = _CLAIM_ANY.strip().removeprefix("locked AS (").removesuffix(")")
+    async with pool.acquire() as connection, connection.transaction():
+        await connection.execute("SET LOCAL enable_seqscan = off")
+        plan = await connection.fetch(f"EXPLAIN {lock}")
+    assert "steerable_sessions_work" in "\n".join(row[0] for row in plan)
+
+
+async def test_the_transcript_the_service_writes_is_the_core_s(store: PostgresStore) -> None:
+    # one messages table: what step wrote, the core reads, and a core save the claim sees
+    sid = _sid()
+    await store.save(sid, [user("before")], at=0)
+    await store.enqueue(sid, Input("send", "go", "t"))
+    claim = await store.claim("a", seconds=60, cap=16, session=sid)
+    assert claim is not None and [m.id for m in claim.messages] == [
+        m.id for m in await store.messages(sid)
+    ]
+    await store.step(claim.lease, [claim.prompt.message(steered=False)], at=1, take=0)
+    assert [m.text for m in await store.messages(sid)] == ["before", "go"]
+
+
+async def test_a_second_pool_sees_the_same_answers(database: str, store: PostgresStore) -> None:
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    other_pool = await create_pool(database)
+    try:
+        other = PostgresStore(other_pool)
+        again = await other.enqueue(sid, Input("send", "go", "t"))
+        assert again.duplicate and again.seq == 1
+        assert await other.status(sid) == await store.status(sid)
+    finally:
+        await other_pool.close()
