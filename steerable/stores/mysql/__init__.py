@@ -10,7 +10,8 @@
     await store.check_schema()  # optional: fail at start-up rather than on the first save
 
 The store runs no DDL: its schema is :data:`MIGRATIONS`, an ordered list of versioned steps
-(three tables and one stored procedure so far), which the application applies with
+(the core's three tables and save procedure, then the service's four tables and step
+procedure), which the application applies with
 :func:`migrate` where it runs its own migrations; :data:`SCHEMA_VERSION` is the version
 this steerable needs. :meth:`MySQLStore.check_schema` (the
 :class:`steerable.stores.migrations.SchemaVersioned` ability) refuses an older database
@@ -20,8 +21,12 @@ every verb until it passes. A database set up
 from the ``SCHEMA`` statements of earlier releases records no version: ``migrate`` runs
 step 1 on it again (idempotent) and records it.
 
-Every verb is one round trip, a save-and-take included, whatever the pool's autocommit
-setting. The pool's connections must use ``charset="utf8mb4"`` (aiomysql's default); any
+Every core verb is one round trip, a save-and-take included, whatever the pool's
+autocommit setting. The store is also a :class:`steerable.service_store.ServiceStore`:
+each service write is one transaction under the session's row lock, its step one round
+trip like the core's save; leases run on the server's clock. MySQL has no notifications,
+so the store gives no hints (it is not :class:`~steerable.service_store.Notifying`): the
+service polls. The pool's connections must use ``charset="utf8mb4"`` (aiomysql's default); any
 other is refused with a clear error.
 
 Needs the ``mysql`` extra: ``pip install 'steerable[mysql]'``.

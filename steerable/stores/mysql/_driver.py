@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import aiomysql  # type: ignore[import-untyped]
 
 from steerable.errors import (
+    Fenced,
     InvalidMessage,
     StoreError,
     StoreUnavailable,
@@ -18,7 +19,7 @@ from steerable.errors import (
     UsageError,
 )
 from steerable.stores.migrations import refusal
-from steerable.stores.mysql._schema import CONFLICT, MIGRATIONS
+from steerable.stores.mysql._schema import CONFLICT, FENCED, MIGRATIONS
 
 __all__ = ["APPLY", "Pool", "error_of"]
 
@@ -121,6 +122,9 @@ def error_of(exc: BaseException, session: str, at: int | None) -> StoreError | U
     if code == 1644 and message.startswith(CONFLICT):
         stored = int(message.removeprefix(CONFLICT))
         return TranscriptConflict(session, stored if at is None else at, stored)
+    if code == 1644 and message.startswith(FENCED):
+        epoch, current = message.removeprefix(FENCED).split(" ")
+        return Fenced(session, int(epoch), None if current == "none" else int(current))
     if code == 1062:
         return InvalidMessage(
             f"session {session!r}: a message id is already in the transcript; nothing was"

@@ -1,4 +1,4 @@
-"""The MySQL/MariaDB schema of steerable, as ordered migrations: tables and one procedure.
+"""The MySQL/MariaDB schema of steerable, as ordered migrations: tables and two procedures.
 
 The application applies :data:`MIGRATIONS` with :func:`steerable.stores.mysql.migrate`
 (which records each version in ``steerable_schema``); steerable's store runs none of it.
@@ -14,13 +14,17 @@ server side and is called once, so a step costs one round trip, steered or not. 
 multi-statement text could do it too, but it has no IF: a conflict would have to be
 forced into an error by a trick, and MySQL has no anonymous block to hold the logic.)
 Its name carries its own version: a step that changes it adds ``_v2`` beside it, and a
-database missing the procedure tells the caller plainly which step to apply. It runs
-with the caller's rights (``SQL SECURITY INVOKER``): the application's user needs
-SELECT, INSERT and UPDATE on the three tables and EXECUTE on the procedure.
+database missing the procedure tells the caller plainly which step to apply. Step 2's
+``steerable_step_v1`` is the service's step made the same way: fenced by the lease's epoch
+and holder under the session's row lock, then the save, the take of the steers offered to
+the running turn and the durable events, in one CALL. Both run with the caller's rights
+(``SQL SECURITY INVOKER``): the application's user needs SELECT, INSERT and UPDATE on the
+tables and EXECUTE on the procedures.
 
 MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
-``JSON_TABLE``, window functions, ``SIGNAL`` and ``CREATE PROCEDURE IF NOT EXISTS``
-(MySQL before 8.0.29 lacks the last; drop ``IF NOT EXISTS`` there).
+``JSON_TABLE``, window functions, ``SIGNAL``, ``SKIP LOCKED``, indexed generated columns
+and ``CREATE PROCEDURE IF NOT EXISTS`` (MySQL before 8.0.29 lacks the last; drop
+``IF NOT EXISTS`` there).
 """
 
 from __future__ import annotations
@@ -29,13 +33,24 @@ from typing import Final
 
 from steerable.stores.migrations import Migration, validated
 
-__all__ = ["CONFLICT", "MIGRATIONS", "SAVE", "SCHEMA_VERSION"]
+__all__ = ["CONFLICT", "FENCED", "MIGRATIONS", "NOW", "SAVE", "SCHEMA_VERSION", "STEP"]
 
 SAVE = "steerable_save_v1"
 """The stored procedure that appends messages and takes steers (made by step 1)."""
 
 CONFLICT = "steerable: transcript conflict, stored "
 """How ``SAVE`` starts the message of the error it raises on a conflict; the count follows."""
+
+STEP = "steerable_step_v1"
+"""The stored procedure of the service's fenced save-and-take (made by step 2)."""
+
+FENCED = "steerable: fenced, epochs "
+"""How ``STEP`` starts the message of its error for a stale lease: the lease's epoch and
+the session's (``none`` without a row) follow, separated by a space."""
+
+NOW = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) * 0.000001"
+"""The server's clock as UTC seconds since the Unix epoch, exact to the microsecond and the
+same whatever the connection's time_zone (``UNIX_TIMESTAMP(NOW(6))`` is not, around DST)."""
 
 # Ids are their UTF-8 bytes (up to 255 characters): they compare byte for byte, so "a" and
 # "A", "e\u0301" and "\u00e9", "a" and "a " are distinct ids. utf8mb4_bin would not do: it
@@ -176,13 +191,15 @@ _STEP_2 = (
 ) {_TABLE}""",
     # ``turn``: the turn a waiting input was offered to, the turn that took it, or (for a
     # prompt) its own id; ``offered`` and ``ahead`` are the first answer, given again to a
-    # duplicate.
+    # duplicate. A steer keeps the codec text of the message that records it (``body``),
+    # so the step procedure records it by copying.
     f"""CREATE TABLE IF NOT EXISTS steerable_inputs (
     session  {_ID},
     seq      BIGINT NOT NULL,
     id       {_ID},
     kind     {_KIND},
     text     {_JSON_STR} NOT NULL,
+    body     LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     offered  VARBINARY(1020) NULL,
     ahead    BIGINT NOT NULL,
     state    {_KIND},
@@ -221,6 +238,132 @@ _STEP_2 = (
     at      {_TIME} NOT NULL,
     PRIMARY KEY (session, id)
 ) {_TABLE}""",
+    # The service's save-and-take, one CALL as the core's is: fenced under the session's
+    # row lock, then the core's lock, then SAVE's checks and appends, the take of the
+    # steers offered to the turn, and the events, all in one transaction. ``p_messages`` is
+    # a JSON array of [id, codec text, message event data] triples (the data is JSON text
+    # in a JSON string; its position is p_at + index, the client knows it).
+    f"""CREATE PROCEDURE IF NOT EXISTS {STEP}(
+    IN p_session VARBINARY(1020),
+    IN p_holder VARBINARY(1020),
+    IN p_epoch BIGINT,
+    IN p_at BIGINT,
+    IN p_take BIGINT,
+    IN p_counted BOOLEAN,
+    IN p_messages LONGTEXT CHARACTER SET utf8mb4
+)
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'steerable: a fenced step of the running turn: append at p_at, take its steers'
+BEGIN
+    DECLARE v_found BOOLEAN DEFAULT TRUE;
+    DECLARE v_epoch BIGINT;
+    DECLARE v_holder VARBINARY(1020);
+    DECLARE v_turn VARBINARY(1020);
+    DECLARE v_events BIGINT;
+    DECLARE v_now {_TIME};
+    DECLARE v_end BIGINT;
+    DECLARE v_mark BIGINT;
+    DECLARE v_steps BIGINT;
+    DECLARE v_taken BIGINT;
+    DECLARE v_cap BIGINT;
+    DECLARE v_stop BOOLEAN;
+    DECLARE v_room BIGINT;
+    DECLARE v_took BIGINT DEFAULT 0;
+    DECLARE v_recorded BIGINT DEFAULT 0;
+    DECLARE v_concat BIGINT DEFAULT @@SESSION.group_concat_max_len;
+    DECLARE v_error VARCHAR(128);
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_found = FALSE;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+        ROLLBACK;
+        SET SESSION group_concat_max_len = v_concat;
+        RESIGNAL;
+    END;
+    START TRANSACTION;
+    SELECT epoch, holder, running, events, {NOW}
+        INTO v_epoch, v_holder, v_turn, v_events, v_now
+        FROM steerable_service WHERE session = p_session FOR UPDATE;
+    IF NOT v_found OR v_epoch <> p_epoch OR v_holder IS NULL OR v_holder <> p_holder
+            OR v_turn IS NULL THEN
+        SET v_error = CONCAT('{FENCED}', p_epoch, ' ', IF(v_found, v_epoch, 'none'));
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_error;
+    END IF;
+    -- the core's lock, before the first plain read (see SAVE)
+    INSERT INTO steerable_sessions (session) VALUES (p_session)
+        ON DUPLICATE KEY UPDATE session = session;
+    SELECT steps, steers_taken, cap, stop_requested INTO v_steps, v_taken, v_cap, v_stop
+        FROM steerable_turns WHERE session = p_session AND id = v_turn;
+    SELECT COALESCE(MAX(position) + 1, 0) INTO v_end
+        FROM steerable_messages WHERE session = p_session;
+    IF p_at <> v_end THEN
+        SET v_error = CONCAT('{CONFLICT}', v_end);
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_error;
+    END IF;
+    -- a message id stored already, or twice in the batch: a duplicate key, refused whole
+    INSERT INTO steerable_messages (session, position, id, body)
+        SELECT p_session, p_at + m.n - 1, m.id, m.body
+        FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (
+            n FOR ORDINALITY,
+            id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[0]',
+            body LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[1]'
+        )) AS m;
+    INSERT INTO steerable_events (session, id, kind, turn, data, at)
+        SELECT p_session, v_events + m.n, 'message', v_turn, m.data, v_now
+        FROM JSON_TABLE(p_messages, '$[*]' COLUMNS (
+            n FOR ORDINALITY,
+            data LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$[2]'
+        )) AS m;
+    SET v_mark = p_at + JSON_LENGTH(p_messages);
+    SET v_events = v_events + JSON_LENGTH(p_messages);
+    SET v_steps = v_steps + IF(p_counted, 1, 0);
+    SET v_room = IF(v_stop, 0, GREATEST(0, LEAST(p_take, v_cap - v_taken)));
+    IF v_room > 0 THEN
+        -- a take is a step, so the step number names the steers this one took
+        UPDATE steerable_inputs SET state = 'taken', step = v_steps
+            WHERE session = p_session AND state = 'waiting' AND turn = v_turn
+            ORDER BY seq LIMIT v_room;
+        SET v_took = ROW_COUNT();
+    END IF;
+    IF v_took > 0 THEN
+        SET SESSION group_concat_max_len = 4294967295;
+        INSERT INTO steerable_events (session, id, kind, turn, data, at)
+            SELECT p_session, v_events + 1, 'steers_taken', v_turn, CONCAT('{{"ids":[',
+                GROUP_CONCAT(JSON_QUOTE(CONVERT(id USING utf8mb4)) ORDER BY seq SEPARATOR ','),
+                '],"step":', v_steps, '}}'), v_now
+            FROM steerable_inputs
+            WHERE session = p_session AND state = 'taken' AND turn = v_turn AND step = v_steps;
+        SET SESSION group_concat_max_len = v_concat;
+        SET v_events = v_events + 1;
+        -- a steer whose id the transcript holds already is taken but not recorded again
+        INSERT INTO steerable_messages (session, position, id, body)
+            SELECT session, v_mark - 1 + ROW_NUMBER() OVER (ORDER BY seq), id, body
+            FROM steerable_inputs AS i
+            WHERE session = p_session AND state = 'taken' AND turn = v_turn
+                AND step = v_steps AND NOT EXISTS (
+                    SELECT 1 FROM steerable_messages AS m
+                    WHERE m.session = p_session AND m.id = i.id);
+        SET v_recorded = ROW_COUNT();
+        INSERT INTO steerable_events (session, id, kind, turn, data, at)
+            SELECT p_session, v_events + position - v_mark + 1, 'message', v_turn,
+                CONCAT('{{"position":', position, ',"id":', JSON_QUOTE(CONVERT(id USING utf8mb4)),
+                    ',"role":"user","steered":true}}'), v_now
+            FROM steerable_messages WHERE session = p_session AND position >= v_mark;
+        SET v_events = v_events + v_recorded;
+    END IF;
+    IF p_counted THEN
+        SET v_events = v_events + 1;
+        INSERT INTO steerable_events (session, id, kind, turn, data, at) VALUES (p_session,
+            v_events, 'step', v_turn,
+            CONCAT('{{"step":', v_steps, ',"length":', v_mark + v_recorded, '}}'), v_now);
+    END IF;
+    UPDATE steerable_turns SET steps = v_steps, steers_taken = steers_taken + v_took
+        WHERE session = p_session AND id = v_turn;
+    UPDATE steerable_service SET events = v_events WHERE session = p_session;
+    -- answered before COMMIT, as SAVE is: the steers recorded, in order
+    SELECT id, body FROM steerable_messages
+        WHERE session = p_session AND position >= v_mark ORDER BY position;
+    COMMIT;
+END""",
 )
 
 MIGRATIONS: Final = validated(

@@ -2,7 +2,8 @@
 
 Every write is one transaction that first locks the session's ``steerable_service`` row
 (``SELECT ... FOR UPDATE``): writers of one session queue there, fencing is checked under
-that lock, and a refusal rolls back whole. A step also takes the core's lock, the
+that lock, and a refusal rolls back whole. The step is one CALL of the schema's
+``steerable_step_v1``, which does the same server side; it also takes the core's lock, the
 session's ``steerable_sessions`` row, so the service's saves and the core's never
 interleave (always in that order: service row, then core row). Because the lock comes
 before the transaction's first plain read, that read's snapshot (REPEATABLE READ) or
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 import aiomysql  # type: ignore[import-untyped]
 
 from steerable import codec
-from steerable.errors import Fenced, InvalidMessage, SteerableError, TranscriptConflict
+from steerable.errors import Fenced, SteerableError
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
@@ -59,14 +60,13 @@ from steerable.stores.mysql._driver import (
     rollback,
     text_of,
 )
+from steerable.stores.mysql._schema import NOW, STEP
 
 __all__ = ["MySQLServiceTables"]
 
 _T = TypeVar("_T")
 
-# The server's clock as UTC seconds since the Unix epoch, exact to the microsecond, the
-# same whatever the connection's time_zone (UNIX_TIMESTAMP(NOW(6)) is not, around DST).
-_NOW = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) * 0.000001"
+_NOW = NOW
 _MICRO = Decimal("0.000001")
 _MAX_SECONDS = 10**9  # a lease longer than ~31 years is as good as forever (DECIMAL(20, 6))
 
@@ -389,16 +389,31 @@ class MySQLServiceTables:
     async def step(
         self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
     ) -> list[Message]:
-        """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
+        """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken.
+
+        One CALL of the step procedure (see :mod:`._schema`), one round trip, steered or not.
+        """
+        check_id(lease.session, "session id")
         for message in messages:
             check_id(message.id, "message id")
-        bodies = [codec.encode(m) for m in messages]  # refused before anything is written
-
-        async def work(tx: _Tx) -> list[Message]:
-            svc, turn = await _fenced(tx, lease)
-            return await _step(tx, lease.session, svc, turn, messages, bodies, at, take)
-
-        return await self._atomic(lease.session, work, at=at)
+        batch = [
+            [m.id, codec.encode(m), json.dumps(_stored(m, at + n), separators=(",", ":"))]
+            for n, m in enumerate(messages)
+        ]
+        await self._check_once()
+        args = (
+            lease.session,
+            lease.holder,
+            lease.epoch,
+            min(at, MAX_AT),
+            min(max(take, 0), MAX_AT),
+            counts_as_step(messages, take),
+            json.dumps(batch, ensure_ascii=False, separators=(",", ":")),
+        )
+        call = f"CALL {STEP}(%s, %s, %s, %s, %s, %s, %s)"
+        rows = await self._run(call, args, session=lease.session, at=at)
+        where = f"a steer taken in session {lease.session!r}"
+        return [codec.decode(text_of(id), body, where=where) for id, body in rows]
 
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
         """Record the turn's end and release the lease; the next turn's prompt id, if any."""
@@ -569,11 +584,14 @@ async def _enqueue(tx: _Tx, session: str, svc: _Service, input: Input) -> Accept
             (session, offered),
         )
     ahead = 0 if offered else (running is not None) + svc.queued
+    # a steer's message, ready for the step procedure to copy when it takes it
+    body = codec.encode(input.message(steered=True)) if input.kind == "steer" else None
     seq = svc.inputs + 1
     await tx.run(
-        "INSERT INTO steerable_inputs (session, seq, id, kind, text, offered, ahead, state, turn)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, 'waiting', %s)",
-        (session, seq, input.id, input.kind, json.dumps(input.text), offered, ahead, offered),
+        "INSERT INTO steerable_inputs"
+        " (session, seq, id, kind, text, body, offered, ahead, state, turn)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'waiting', %s)",
+        (session, seq, input.id, input.kind, json.dumps(input.text), body, offered, ahead, offered),
     )
     data = {"id": input.id, "kind": input.kind, "turn": offered}
     await tx.emit(session, svc.events, [("input", offered, data)])
@@ -583,6 +601,27 @@ async def _enqueue(tx: _Tx, session: str, svc: _Service, input: Input) -> Accept
         (0 if offered else 1, session),
     )
     return Accepted(input.id, input.kind, seq, offered, ahead)
+
+
+async def _start(tx: _Tx, session: str, ord: int, start: int, cap: int, epoch: int) -> str:
+    """Make the first queued input the prompt of a new running turn; the turn's id."""
+    first = await tx.rows(
+        "SELECT seq, id FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
+        " AND turn IS NULL ORDER BY seq LIMIT 1",
+        (session,),
+    )
+    seq, raw = first[0]  # the session's queued count says there is one
+    id = text_of(raw)  # a str: aiomysql cannot send back the bytes it read
+    await tx.run(
+        "UPDATE steerable_inputs SET state = 'prompt', turn = id WHERE session = %s AND seq = %s",
+        (session, seq),
+    )
+    await tx.run(
+        "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch)"
+        " VALUES (%s, %s, %s, %s, %s, 'running', %s)",
+        (session, id, ord, start, cap, epoch),
+    )
+    return id
 
 
 async def _claim(
@@ -601,23 +640,7 @@ async def _claim(
     events: list[tuple[EventKind, str | None, Any]] = []
     resumed = svc.running is not None
     if svc.running is None:
-        first = await tx.rows(
-            "SELECT seq, id FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
-            " AND turn IS NULL ORDER BY seq LIMIT 1",
-            (session,),
-        )
-        seq, id = first[0]  # queued > 0: there is one
-        name = text_of(id)
-        await tx.run(
-            "UPDATE steerable_inputs SET state = 'prompt', turn = id"
-            " WHERE session = %s AND seq = %s",
-            (session, seq),
-        )
-        await tx.run(
-            "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch)"
-            " VALUES (%s, %s, %s, %s, %s, 'running', %s)",
-            (session, name, svc.turns + 1, len(messages), cap, epoch),
-        )
+        name = await _start(tx, session, svc.turns + 1, len(messages), cap, epoch)
     else:
         name = svc.running
         events.append(("holder", name, {"holder": holder, "epoch": epoch}))
@@ -648,107 +671,3 @@ async def _claim(
         turn.cap,
         turn.stop_requested,
     )
-
-
-async def _step(
-    tx: _Tx,
-    session: str,
-    svc: _Service,
-    turn: _Turn,
-    messages: Sequence[Message],
-    bodies: Sequence[str],
-    at: int,
-    take: int,
-) -> list[Message]:
-    await tx.run(_CORE_LOCK, (session,))
-    length = await _length(tx, session)
-    if at != length:
-        raise TranscriptConflict(session, at, length)
-    new_ids = [m.id for m in messages]
-    counted = counts_as_step(messages, take)
-    steps = turn.steps + counted
-    room = 0 if turn.stop_requested else max(0, min(take, turn.cap - turn.steers_taken))
-    offered = (
-        await tx.rows(
-            f"{_INPUT} WHERE session = %s AND state = 'waiting' AND turn = %s"
-            " ORDER BY seq LIMIT %s",
-            (session, turn.id, room),
-        )
-        if room
-        else ()
-    )
-    steers = [_input_view(r) for r in offered]
-    known = await _known(tx, session, [*new_ids, *(s.id for s in steers)])
-    if len(set(new_ids)) != len(new_ids) or not known.isdisjoint(new_ids):
-        raise InvalidMessage(f"session {session!r}: a message id is already in the transcript")
-    # a steer whose id the transcript holds already is taken but not recorded again
-    taken = [
-        Input("steer", s.text, s.id).message(steered=True)
-        for s in steers
-        if s.id not in known and s.id not in new_ids
-    ]
-    rows = [*zip(new_ids, bodies, strict=True), *((m.id, codec.encode(m)) for m in taken)]
-    if rows:
-        values = ", ".join(["(%s, %s, %s, %s)"] * len(rows))
-        args: list[object] = []
-        for position, (id, body) in enumerate(rows, start=at):
-            args += [session, position, id, body]
-        await tx.run(
-            f"INSERT INTO steerable_messages (session, position, id, body) VALUES {values}", args
-        )
-    if steers:
-        marks = ", ".join(["%s"] * len(steers))
-        await tx.run(
-            f"UPDATE steerable_inputs SET state = 'taken', step = %s"
-            f" WHERE session = %s AND id IN ({marks})",
-            [steps, session, *(s.id for s in steers)],
-        )
-    events = _step_events(turn.id, messages, steers, taken, at, steps, counted)
-    await tx.emit(session, svc.events, events)
-    await tx.run(
-        "UPDATE steerable_turns SET steps = %s, steers_taken = steers_taken + %s"
-        " WHERE session = %s AND id = %s",
-        (steps, len(steers), session, turn.id),
-    )
-    await tx.run(
-        "UPDATE steerable_service SET events = events + %s WHERE session = %s",
-        (len(events), session),
-    )
-    return taken
-
-
-async def _known(tx: _Tx, session: str, ids: Sequence[str]) -> set[str]:
-    """Which of ``ids`` the session's transcript holds."""
-    if not ids:
-        return set()
-    marks = ", ".join(["%s"] * len(ids))
-    rows = await tx.rows(
-        f"SELECT id FROM steerable_messages WHERE session = %s AND id IN ({marks})",
-        [session, *ids],
-    )
-    return {text_of(r[0]) for r in rows}
-
-
-def _step_events(
-    turn: str,
-    messages: Sequence[Message],
-    steers: Sequence[InputView],
-    taken: Sequence[Message],
-    at: int,
-    steps: int,
-    counted: bool,
-) -> list[tuple[EventKind, str | None, Any]]:
-    """A step's events, in the reference's order: its messages, the take, the steers'."""
-    events: list[tuple[EventKind, str | None, Any]] = []
-    position = at
-    for message in messages:
-        events.append(("message", turn, _stored(message, position)))
-        position += 1
-    if steers:
-        events.append(("steers_taken", turn, {"ids": [s.id for s in steers], "step": steps}))
-    for message in taken:
-        events.append(("message", turn, _stored(message, position)))
-        position += 1
-    if counted:
-        events.append(("step", turn, {"step": steps, "length": position}))
-    return events

@@ -1,6 +1,7 @@
 """The MySQL/MariaDB store: transcripts and steer boxes in three InnoDB tables.
 
-Every verb is one statement and one round trip, whatever the pool's autocommit setting:
+The service's tables and verbs are :mod:`._service`'s, mixed in. Every verb here is one
+statement and one round trip, whatever the pool's autocommit setting:
 
 - A save (and a take) is one ``CALL`` of the stored procedure of :mod:`._schema`. The
   procedure starts and commits its own transaction and runs nothing after the commit, so

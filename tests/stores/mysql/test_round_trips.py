@@ -1,4 +1,5 @@
-"""A step nobody steers costs one round trip: the save and the take are one statement.
+"""A step costs one round trip: the save and the take are one statement, the core's and the
+service's (fenced) alike.
 
 Counted by the server: ``Questions`` counts the statements a client sent on its
 connection (not those a stored procedure runs), read before and after on the pool's only
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from steerable.messages import new_id, user
+from steerable.service_store import Input
 from steerable.store import Steer
 from steerable.stores.mysql import MySQLStore
 from tests.stores.mysql import server
@@ -74,3 +76,25 @@ async def test_the_other_verbs_are_one_statement_with_autocommit() -> None:
             lambda: store.messages(sid),
         ):
             assert await _statements(pool, work) == 1
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
+async def test_a_service_step_is_one_statement_steered_or_not(autocommit: bool) -> None:
+    sid = f"mysql-{new_id()}"
+    async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
+        store = MySQLStore(pool)
+        await store.enqueue(sid, Input("send", "go", "p"))
+        claim = await store.claim("a", seconds=60, cap=16, session=sid)
+        assert claim is not None
+
+        async def unsteered() -> None:
+            assert await store.step(claim.lease, [user("go", id="p")], at=0, take=16) == []
+
+        assert await _statements(pool, unsteered) == 1
+        await store.enqueue(sid, Input("steer", "now", "s"))
+
+        async def steered() -> None:
+            taken = await store.step(claim.lease, [user("tool results")], at=1, take=16)
+            assert [m.id for m in taken] == ["s"]
+
+        assert await _statements(pool, steered) == 1
