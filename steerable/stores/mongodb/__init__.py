@@ -25,6 +25,12 @@ keep every id in ``ids``) is converted by step 2: each chunk below a head's ``ba
 its id list, then the head gets ``s``, an empty ``k`` and ``mv`` and loses ``ids``. Stop
 the writers of the older steerable before running it.
 
+The same store is the service's (:class:`steerable.service_store.ServiceStore`, with
+hints over a change stream): its collections come with step 3, and its writes are
+multi-document transactions, so the service needs a replica set (one node will do), where
+the transcript's verbs below run on a standalone ``mongod`` too. How it keeps leases,
+inputs, turns and events: :mod:`steerable.stores.mongodb._service`.
+
 Documents
 ---------
 ``steerable_sessions`` holds two kinds of documents, and one unique index on ``(s, k)``:

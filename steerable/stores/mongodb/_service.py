@@ -26,14 +26,15 @@ append pipeline, so :meth:`MongoStore.messages` returns what :meth:`step` wrote.
 
 Atomicity: a multi-document transaction per write
 -------------------------------------------------
-Every write verb (enqueue, claim, step, end_turn, stop) is one transaction
-(``with_transaction``), and every one writes the session's service document, fenced in its
-filter (epoch, holder, a running turn) where a lease is carried. Two writes of one session
-therefore conflict on that document: MongoDB (and SecantusDB, the server the tests run)
-aborts one with a ``WriteConflict`` and ``with_transaction`` runs it again, on a fresh
-snapshot, where its filter sees the winner's write. So exactly one of many claimers wins,
-a stale holder is refused with nothing written (:class:`~steerable.errors.Fenced`), and a
-step's messages, taken steers, turn counters and events commit together or not at all.
+Every write verb (enqueue, claim, step, end_turn, stop) is one transaction, and every one
+writes the session's service document, fenced in its filter (epoch, holder, a running turn)
+where a lease is carried. Two writes of one session therefore conflict on that document:
+MongoDB (and SecantusDB, the server the tests run) aborts one with a ``WriteConflict`` and
+the store runs it again, on a fresh snapshot, where its filter sees the winner's write (a
+bounded number of times; not ``with_transaction``, which would also retry a lost
+connection for two minutes). So exactly one of many claimers wins, a stale holder is
+refused with nothing written (:class:`~steerable.errors.Fenced`), and a step's messages,
+taken steers, turn counters and events commit together or not at all.
 ``renew`` alone touches one document and is one ``findAndModify``. Transactions need a
 replica set or a sharded cluster (a one-node replica set will do): the service cannot run on
 a standalone ``mongod``, though the core :class:`steerable.Store` verbs still do. The
@@ -67,7 +68,9 @@ reads on its pool) until it is left.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC
@@ -76,7 +79,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from steerable import codec
 from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConflict
@@ -108,6 +111,7 @@ _T = TypeVar("_T")
 Doc = dict[str, Any]
 _NOW: Any = {"$toLong": "$$NOW"}  # the server's clock, in milliseconds
 _RETRIES = 5
+_CONFLICT_RETRIES = 100  # each round, one of the conflicting writers commits
 _SCAN = 16  # candidates a claim that names no session tries
 _NEW_SESSION: Doc = {
     "ep": 0,
@@ -122,6 +126,15 @@ _NEW_SESSION: Doc = {
     "w": False,
     "now": 0,
 }
+
+
+def _conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write conflict (run the transaction again), not an outage."""
+    return (
+        isinstance(exc, PyMongoError)
+        and not isinstance(exc, ConnectionFailure)
+        and exc.has_error_label("TransientTransactionError")
+    )
 
 
 class _Raced(Exception):
@@ -226,14 +239,28 @@ class MongoServiceTables:
         return self.db[layout.EVENTS]
 
     async def _transaction(self, body: Callable[[AsyncClientSession], Awaitable[_T]]) -> _T:
-        """Run ``body`` in one transaction, again after a conflict (``with_transaction``)."""
+        """Run ``body`` in one transaction, again (on a fresh snapshot) after a conflict.
+
+        Not ``with_transaction``: it retries every ``TransientTransactionError`` for two
+        minutes, a lost connection included, where a store must say at once that the
+        database cannot be reached. Only a conflict with another writer is run again.
+        """
         await self._check_migrated()
-
-        async def callback(s: AsyncClientSession) -> _T:
-            return await body(s)
-
         async with self.db.client.start_session() as s:
-            return await s.with_transaction(callback)
+            for attempt in range(_CONFLICT_RETRIES):
+                await s.start_transaction()
+                try:
+                    result = await body(s)
+                    await s.commit_transaction()
+                except BaseException as exc:
+                    if s.in_transaction:
+                        await s.abort_transaction()
+                    if not _conflict(exc):
+                        raise
+                    await asyncio.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                    continue
+                return result
+        raise StoreError(f"a transaction conflicted {_CONFLICT_RETRIES} times in a row")
 
     async def _lock(self, s: AsyncClientSession, query: Doc, *sets: Doc) -> Doc | None:
         """Write the session's service document if it matches ``query``: the write's lock.

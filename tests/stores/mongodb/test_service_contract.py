@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+import gc
+import os
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from steerable.errors import Fenced, StoreUnavailable
+from steerable.errors import Fenced, InvalidMessage, StoreUnavailable
 from steerable.messages import assistant, user
 from steerable.service_store import Hint, Input, Notifying, Outcome, ServiceStore
 from steerable.stores.mongodb import MIGRATIONS, SCHEMA_VERSION, MongoStore, migrate
 from steerable.stores.mongodb._migrate import SCHEMA
 from steerable.testing import OpenStore, ServiceContract
-from tests.stores.mongodb._server import scratch_database
+from tests.stores.mongodb._server import URI_VARIABLE, scratch_database
 from tests.stores.mongodb.test_mongodb_contract import _client, _database, open_store
+from tests.stores.relay import Relay
 
 pytestmark = pytest.mark.usefixtures("mongo_server")
 
@@ -118,3 +122,64 @@ async def test_step_3_keeps_a_database_of_version_2() -> None:
         claim = await store.claim("a", seconds=60, cap=16, session="x")
         assert claim is not None and [m.text for m in claim.messages] == ["kept"]
         assert claim.start == 1
+
+
+@pytest.fixture
+def collected() -> Iterator[None]:
+    """Garbage collected after the test, under its warning filter: pymongo leaves the socket
+    of a refused connection to the collector (PYTHON-5867)."""
+    yield
+    gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning")
+@pytest.mark.usefixtures("collected")
+async def test_a_lost_server_is_store_unavailable_at_once(db: AsyncDatabase[Any]) -> None:
+    """Every verb, with the server gone: StoreUnavailable, not a transaction retried for
+    minutes (the test's timeout would end it first)."""
+    address = urlsplit(os.environ[URI_VARIABLE])
+    relay = Relay(address.hostname or "127.0.0.1", address.port or 27017)
+    await relay.restore()
+    uri = f"mongodb://127.0.0.1:{relay.port}/?directConnection=true"
+    client = _client(uri, serverSelectionTimeoutMS=300)
+    try:
+        store = MongoStore(client[db.name])
+        await store.enqueue("o", Input("send", "go", "t"))
+        claim = await store.claim("a", seconds=60, cap=16, session="o")
+        assert claim is not None
+        await relay.cut()
+        for call in (
+            lambda: store.enqueue("o", Input("send", "more")),
+            lambda: store.claim("b", seconds=60, cap=16),
+            lambda: store.step(claim.lease, [user("x")], at=0, take=16),
+            lambda: store.renew(claim.lease, seconds=60),
+            lambda: store.end_turn(claim.lease, Outcome("completed")),
+            lambda: store.stop("o"),
+            lambda: store.status("o"),
+            lambda: store.events("o", after=0, limit=10),
+        ):
+            with pytest.raises(StoreUnavailable):
+                await call()
+    finally:
+        await client.close()
+        await relay.cut()
+
+
+async def test_a_step_refuses_a_message_id_stored_before(db: AsyncDatabase[Any]) -> None:
+    """In the head's tail or in a chunk's id list: InvalidMessage, and nothing written."""
+    store = MongoStore(db)
+    await store.enqueue("d", Input("send", "go", "t"))
+    claim = await store.claim("a", seconds=60, cap=16, session="d")
+    assert claim is not None
+    await store.step(claim.lease, [claim.prompt.message(steered=False)], at=0, take=0)
+    big = [assistant("x" * 40_000, id="big"), user("after", id="late")]  # flushed to a chunk
+    await store.step(claim.lease, big, at=1, take=0)
+    head = await db["steerable_sessions"].find_one({"_id": "d"})
+    assert head is not None and head["base"] == 3 and head["tail"] == []
+    await store.step(claim.lease, [user("in the tail", id="tail")], at=3, take=0)
+    events = await store.events("d", after=0, limit=100)
+    for old in ("t", "big", "tail"):
+        with pytest.raises(InvalidMessage, match="already"):
+            await store.step(claim.lease, [user("again", id=old)], at=4, take=16)
+    assert [m.id for m in await store.messages("d")] == ["t", "big", "late", "tail"]
+    assert await store.events("d", after=0, limit=100) == events
