@@ -207,6 +207,27 @@ def _stored(message: Message, position: int) -> Doc:
     }
 
 
+def _step_events(
+    events: _Events,
+    turn: str,
+    position: int,
+    messages: Sequence[Message],
+    offered: list[Doc],
+    taken: list[Message],
+    step: int,
+) -> _Events:
+    """A step's events but its ``step``: the messages, the steers taken and their messages."""
+    for message in messages:
+        events.add("message", turn, _stored(message, position))
+        position += 1
+    if offered:
+        events.add("steers_taken", turn, {"ids": [row["i"] for row in offered], "step": step})
+    for message in taken:
+        events.add("message", turn, _stored(message, position))
+        position += 1
+    return events
+
+
 class MongoServiceTables:
     """The :class:`steerable.service_store.ServiceStore` verbs of :class:`MongoStore`."""
 
@@ -531,18 +552,11 @@ class MongoServiceTables:
             )
         inc = {"steps": int(is_step), "tk": len(offered)}
         await self._turns.update_one({"_id": turn["_id"]}, {"$inc": inc}, session=s)
-        events = _Events(session, service)
-        position = stored
-        for message in messages:
-            events.add("message", name, _stored(message, position))
-            position += 1
-        if offered:
-            events.add("steers_taken", name, {"ids": [row["i"] for row in offered], "step": steps})
-        for message in taken:
-            events.add("message", name, _stored(message, position))
-            position += 1
+        events = _step_events(
+            _Events(session, service), name, stored, messages, offered, taken, steps
+        )
         if is_step:
-            events.add("step", name, {"step": steps, "length": position})
+            events.add("step", name, {"step": steps, "length": stored + len(messages) + len(taken)})
         await self._service.update_one(
             {"_id": session}, {"$inc": {"ev": len(events.docs)}}, session=s
         )
