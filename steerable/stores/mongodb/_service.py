@@ -328,7 +328,10 @@ class MongoServiceTables:
         async def iterate() -> AsyncIterator[Hint]:
             while True:
                 with reaching("watch the steerable events"):
-                    change = await stream.next()
+                    try:
+                        change = await stream.next()
+                    except StopAsyncIteration:  # the stream was invalidated (a drop)
+                        return
                 doc = change["fullDocument"]
                 yield Hint(doc["hint"], doc["s"])
 
