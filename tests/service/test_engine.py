@@ -227,7 +227,9 @@ class _Flaky(MemoryStore):
 
 
 @pytest.mark.parametrize("after_writing", [False, True], ids=["before-write", "answer-lost"])
-async def test_a_store_outage_mid_turn_is_carried_on_with_nothing_twice(after_writing: bool) -> None:
+async def test_a_store_outage_mid_turn_is_carried_on_with_nothing_twice(
+    after_writing: bool,
+) -> None:
     store = _Flaky(2, after_writing=after_writing)
     service = Service(store, demo_agent(seconds=0.01), poll=0.05)
     async with service.serving() as replica:
