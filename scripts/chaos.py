@@ -470,7 +470,14 @@ class Run:
                 pauses.append(asyncio.create_task(self._pause(target)))
         await asyncio.gather(*pauses, *self._starting)
 
+    def _note(self, action: str, replica: str) -> None:
+        """What the chaos did and when, in the run's log folder (to read beside the logs)."""
+        line = {"at": round(time.time() - self.base, 2), "action": action, "replica": replica}
+        with open(self.logs / "chaos.jsonl", "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
     async def _kill(self, replica: ReplicaProcess) -> None:
+        self._note("kill", replica.name)
         await replica.kill()
         self.tally.kills += 1
 
@@ -484,14 +491,17 @@ class Run:
 
     async def _pause(self, replica: ReplicaProcess) -> None:
         replica.paused = True
+        self._note("pause", replica.name)
         replica.signal(signal.SIGSTOP)
         self.tally.pauses += 1
         await asyncio.sleep(self.args.lease * self.rng.uniform(1.5, 2.5))
         replica.signal(signal.SIGCONT)
+        self._note("resume", replica.name)
         replica.paused = False
 
     async def _restart_db(self, at: float) -> None:
         await asyncio.sleep(max(0.0, self.base + at - time.time()))
+        self._note("restart-db", "")
         for command in self.db.restart:
             proc = await asyncio.create_subprocess_exec(
                 *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
