@@ -109,10 +109,20 @@ async def _database(kind: str, scratch: Path) -> Database:
     return await _mysql(name)
 
 
-def _postgres_version() -> str:
-    """The version of the local cluster (Debian's layout), for ``pg_ctlcluster``."""
-    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
-    return versions[-1] if versions else "15"
+# How --restart-db restarts the server: STEERABLE_CHAOS_RESTART (a shell command) if set,
+# else the local Debian-packaged server's own tools (the first cluster, fast shutdown)
+PG_RESTART = (
+    "pg_ctlcluster --skip-systemctl-redirect -m fast"
+    " $(pg_lsclusters --no-header | awk 'NR == 1 {print $1, $2}') restart"
+)
+MARIADB_RESTART = (
+    "start-stop-daemon --stop --oknodo --retry 30 --exec $(command -v mariadbd) &&"
+    " start-stop-daemon --start --oknodo --background --exec $(command -v mariadbd)"
+)
+
+
+def _restart(default: str) -> list[list[str]]:
+    return [["sh", "-c", os.environ.get("STEERABLE_CHAOS_RESTART", default)]]
 
 
 async def _postgres(name: str) -> Database:
@@ -135,23 +145,19 @@ async def _postgres(name: str) -> Database:
         finally:
             await admin.close()
 
-    version = _postgres_version()
-    restart = [["pg_ctlcluster", "--skip-systemctl-redirect", "-m", "fast", version, "main"]]
-    return Database(url, drop, [restart[0] + ["restart"]])
+    return Database(url, drop, _restart(PG_RESTART))
 
 
 async def _mysql(name: str) -> Database:
     import aiomysql  # type: ignore[import-untyped]
 
-    host = os.environ.get("STEERABLE_MYSQL_HOST", "127.0.0.1")
-    port = int(os.environ.get("STEERABLE_MYSQL_PORT", "3306"))
-    user = os.environ.get("STEERABLE_MYSQL_USER", "root")
-    password = os.environ.get("STEERABLE_MYSQL_PASSWORD", "")
+    env = os.environ.get
+    host, port = env("STEERABLE_MYSQL_HOST", "127.0.0.1"), int(env("STEERABLE_MYSQL_PORT", "3306"))
+    user, password = env("STEERABLE_MYSQL_USER", "root"), env("STEERABLE_MYSQL_PASSWORD", "")
+    login = {"host": host, "port": port, "user": user, "password": password}
 
     async def admin(sql: str) -> None:
-        conn = await aiomysql.connect(
-            host=host, port=port, user=user, password=password, autocommit=True
-        )
+        conn = await aiomysql.connect(**login, autocommit=True)
         try:
             async with conn.cursor() as cur:
                 await cur.execute(sql)
@@ -159,23 +165,20 @@ async def _mysql(name: str) -> Database:
             conn.close()
 
     await admin(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
-    login = quote(user) + (":" + quote(password) if password else "")
-    url = f"mysql://{login}@{host}:{port}/{name}?pool=4"
+    auth = quote(user) + (":" + quote(password) if password else "")
+    url = f"mysql://{auth}@{host}:{port}/{name}?pool=4"
     from steerable.stores.mysql import migrate
 
     # migrate_url reads ``store.pool``, which MySQLStore does not have (yet): a pool of ours
-    pool = await aiomysql.create_pool(
-        host=host, port=port, user=user, password=password, db=name, minsize=0, maxsize=1
-    )
+    pool = await aiomysql.create_pool(**login, db=name, minsize=0, maxsize=1)
     try:
         await migrate(pool)
     finally:
         pool.close()
         await pool.wait_closed()
-    daemon = "/usr/sbin/mariadbd"
-    stop = ["start-stop-daemon", "--stop", "--oknodo", "--retry", "30", "--exec", daemon]
-    start = ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec", daemon]
-    return Database(url, lambda: admin(f"DROP DATABASE IF EXISTS {name}"), [stop, start])
+    return Database(
+        url, lambda: admin(f"DROP DATABASE IF EXISTS {name}"), _restart(MARIADB_RESTART)
+    )
 
 
 # -- the plan -----------------------------------------------------------------------------
@@ -771,9 +774,7 @@ def _summary(
         "turn_states": dict(found.states),
         "steers_taken": found.counts["steers_taken"],
         "steers_freed": found.counts["steers_freed"],
-        "kills": run.tally.kills,
-        "pauses": run.tally.pauses,
-        "db_restarts": run.tally.db_restarts,
+        **{k: getattr(run.tally, k) for k in ("kills", "pauses", "db_restarts")},
         "chaos_skipped": run.tally.skipped,
         "takeovers": found.counts["takeovers"],
         "fenced_writes_refused": sums["fenced"],
