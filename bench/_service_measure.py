@@ -160,8 +160,10 @@ async def turn_calls(
     """One unsteered turn of ``calls`` tool calls served, and the same run bare, counted.
 
     The send is made before the replica starts (through an uncounted store), and the
-    replica's poll is long, so nothing idle is counted: what is left is the turn's own
-    calls, plus the replica's look for more work once the turn is claimed and once it ends.
+    replica's poll (5 s) is longer than the turn, so nothing idle is counted: what is left
+    is the turn's own calls, plus the replica's look for more work once the turn is claimed
+    and once it ends. A first claim that misses the send is caught by the next poll, and
+    shows as one more ``claim (none)``.
     """
     inner = await target.open()
     bare = counting(inner)
@@ -173,7 +175,7 @@ async def turn_calls(
     service = Service(
         store,
         agent(probe, TimedWork(tool), calls=calls),
-        poll=60.0,
+        poll=5.0,
         lease=lease,
         renew_every=renew_every,
         replica="calls",

@@ -10,6 +10,7 @@ over a connection pool of its own, as a separate replica would have; memory is o
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,10 +80,29 @@ async def targets(
         }
         for name in wanted:
             try:
-                found.append(await stack.enter_async_context(openers[name]()))
+                found.append(await stack.enter_async_context(_tolerant(openers[name]())))
             except Unavailable as exc:
                 notes.append(f"{name} skipped: {exc}")
         yield found, notes
+
+
+@contextlib.asynccontextmanager
+async def _tolerant(
+    opened: contextlib.AbstractAsyncContextManager[Target],
+) -> AsyncIterator[Target]:
+    """``opened``, whose clean-up may fail without losing the run (a server restarted by
+    somebody else meanwhile): the failure is said on stderr."""
+    target = await opened.__aenter__()
+    try:
+        yield target
+    except BaseException as exc:
+        if not await opened.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        try:
+            await opened.__aexit__(None, None, None)
+        except Exception as exc:
+            print(f"{target.name}: the clean-up failed: {exc}", file=sys.stderr)
 
 
 @contextlib.asynccontextmanager

@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -130,15 +133,20 @@ def steer_table(configs: list[SteerAtStep]) -> str:
 VERBS = ("claim", "claim (none)", "step", "end_turn", "renew", "hints")
 
 
+def _rate(mode: replicas.Mode) -> float:
+    """The median turns per second of a mode's rounds (all rounds send as many turns)."""
+    if not mode.seconds:
+        return float("nan")
+    per_round = mode.turns / len(mode.seconds)
+    return median([per_round / s for s in mode.seconds])
+
+
 def throughput_table(found: list[replicas.Mode]) -> str:
     """Turns per second and the store calls per turn, by verb."""
-    base = median(
-        [] if not found else [found[0].turns / len(found[0].seconds) / s for s in found[0].seconds]
-    )
+    base = _rate(found[0]) if found else float("nan")
     rows = []
     for mode in found:
-        per_round = mode.turns / len(mode.seconds) if mode.seconds else 0
-        rate = median([per_round / s for s in mode.seconds])
+        rate = _rate(mode)
         turns = max(mode.turns, 1)
         total = sum(mode.calls.values())
         other = total - sum(mode.calls[v] for v in VERBS)
@@ -194,7 +202,8 @@ async def run_wakes(found: list[Target], args: argparse.Namespace) -> list[Wake]
     for index in range(args.rounds):
         for config in _rotated(configs, index):
             if config.failed is None:
-                config.failed = await _guarded(wake_round(config, args.samples))
+                limit = 30 + args.samples * (20 + 6 * config.poll)
+                config.failed = await _guarded(wake_round(config, args.samples), limit)
     return configs
 
 
@@ -203,17 +212,25 @@ async def run_steers(found: list[Target], args: argparse.Namespace) -> list[Stee
     for index in range(args.rounds):
         for config in _rotated(configs, index):
             if config.failed is None:
-                config.failed = await _guarded(steer_round(config, args.samples))
+                limit = 30 + args.samples * 60
+                config.failed = await _guarded(steer_round(config, args.samples), limit)
     return configs
 
 
-async def _guarded(work: Awaitable[None]) -> str | None:
-    """None, or what went wrong: a store that fails is reported, and the others go on."""
+async def _guarded(work: Awaitable[None], limit: float) -> str | None:
+    """None, or what went wrong: a store that fails (or hangs past ``limit`` seconds) is
+    reported, and the others go on."""
     try:
-        await work
-    except (AssertionError, SteerableError, TimeoutError) as exc:
+        await asyncio.wait_for(work, limit)
+    except TimeoutError as exc:
+        return f"TimeoutError: a wait ran out (the round's limit is {limit:.0f} s) {exc}".strip()
+    except (AssertionError, SteerableError) as exc:
         return f"{type(exc).__name__}: {exc}"[:300]
     return None
+
+
+def _progress(started: float, phase: str) -> None:
+    print(f"[{time.perf_counter() - started:4.0f} s] {phase}", file=sys.stderr, flush=True)
 
 
 def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -232,32 +249,48 @@ def arguments(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _dump_tasks() -> None:
+    """On SIGUSR1: every task's stack, to stderr (what a hung run is waiting for)."""
+    for task in asyncio.all_tasks():
+        print(f"-- {task.get_name()}: {task.get_coro()}", file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
+
+
 async def main(argv: Sequence[str] | None = None) -> None:
     args = arguments(argv)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-service-") as root:
         async with targets(Path(root), tuple(args.stores)) as (found, notes):
+            _progress(started, "idle wake-ups")
             wakes = await run_wakes(found, args)
+            _progress(started, "steers at a step")
             steers = await run_steers(found, args)
+            _progress(started, "turns per second")
             postgres = [t for t in found if t.name == POSTGRES]
             modes: list[replicas.Mode] = []
             if postgres:
                 async with replicas.modes(postgres[0], Path(root)) as modes:
-                    await replicas.measure(modes, args.rounds, args.sessions, args.sends)
+                    failed = await _guarded(
+                        replicas.measure(modes, args.rounds, args.sessions, args.sends), 600
+                    )
+                if failed:
+                    notes.append(f"turns per second failed: {failed}")
             else:
                 notes.append("turns per second skipped: it runs on Postgres")
+            _progress(started, "the calls of a turn")
             calls = []
             for target in found:
                 try:
-                    calls.append(
-                        await turn_calls(
-                            target,
-                            calls=CALL_CALLS,
-                            tool=CALL_TOOL,
-                            lease=CALL_LEASE,
-                            renew_every=CALL_RENEW,
-                        )
+                    work = turn_calls(
+                        target,
+                        calls=CALL_CALLS,
+                        tool=CALL_TOOL,
+                        lease=CALL_LEASE,
+                        renew_every=CALL_RENEW,
                     )
+                    calls.append(await asyncio.wait_for(work, 120))
                 except (AssertionError, SteerableError, TimeoutError) as exc:
                     notes.append(f"{target.name}: the calls of a turn failed: {exc}"[:300])
     for wake in wakes:
@@ -268,7 +301,9 @@ async def main(argv: Sequence[str] | None = None) -> None:
             notes.append(f"{steer.store}: a steer at a step failed: {steer.failed}")
     servers = [f"- {t.name}: {t.server}" for t in found if t.server]
     print("# The service\n")
-    print(machine([f"- {args.rounds} rounds, {args.samples} samples per round", *servers]))
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    header = [f"- {args.rounds} rounds, {args.samples} samples per round; load at the end {load}"]
+    print(machine([*header, *servers]))
     print("\n## Idle wake-up: send to the first model request\n")
     print(wake_table(wakes))
     print(f"\n## A steer at a step (a tool of {args.tool:g} s)\n")
