@@ -705,8 +705,8 @@ def _check_order(session: str, r: Recorded, f: Findings) -> None:
     that started before ``p``'s: a steer may only jump ahead when the running turn took it.
     """
     index = {t: n for n, t in enumerate(r.order)}
-    prompts = [v for v in r.inputs if v.state == "prompt"]
-    if [v.id for v in prompts] != [t for t in r.order if t in {p.id for p in prompts}]:
+    prompts = [v.id for v in r.inputs if v.state == "prompt"]  # by seq
+    if prompts != [t for t in r.order if t in set(prompts)]:
         f.fail(session, "the turns did not start in the order of their prompts' seq")
     starts = [r.turns[t].start for t in r.order if t in r.turns]
     if any(b is not None and a is not None and b < a for a, b in itertools.pairwise(starts)):
