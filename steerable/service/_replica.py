@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from steerable.errors import Fenced, StoreError, StoreUnavailable
+from steerable.errors import Fenced, StoreError
 from steerable.events import Event
 from steerable.messages import Message
 from steerable.service._fenced import FencedStore, LeaseCell
@@ -51,11 +51,12 @@ class Counters:
 class _Serving:
     """A turn this replica runs: its lease, the agent's current view of it, the stop."""
 
-    __slots__ = ("cell", "renew_now", "stop", "turn")
+    __slots__ = ("cell", "gone", "renew_now", "stop", "turn")
 
     def __init__(self, cell: LeaseCell) -> None:
         self.cell = cell
         self.renew_now = asyncio.Event()
+        self.gone = asyncio.Event()  # set once its task no longer runs it
         self.stop = False
         self.turn: Turn
 
@@ -155,9 +156,11 @@ class Replica:
                     cap=self.agent.steers_per_turn,
                     session=target,
                 )
-            except StoreError as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a store error, or a bug: never stop claiming for it
                 self.counters.store_errors += 1
-                log.warning("claim failed: %s", exc)
+                log.warning("claim failed: %s", exc, exc_info=not isinstance(exc, StoreError))
                 await asyncio.sleep(settings.poll)
                 continue
             if claim is not None:
@@ -175,7 +178,13 @@ class Replica:
     def _start(self, claim: Claim) -> None:
         self.counters.claims += 1
         self.counters.resumed += claim.resumed
-        task = asyncio.create_task(self._serve(claim))
+        previous = self._turns.get(claim.lease.session)
+        if previous is not None:
+            # Our own lease ran out (the store was away longer than it) and this claim took
+            # the session over: the old run is fenced now; the new one starts once it is gone.
+            previous.cell.fenced = True
+            previous.stop_turn()
+        task = asyncio.create_task(self._serve(claim, previous))
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
@@ -185,8 +194,10 @@ class Replica:
         if not task.cancelled() and task.exception() is not None:
             log.error("a turn's task failed", exc_info=task.exception())
 
-    async def _serve(self, claim: Claim) -> None:
+    async def _serve(self, claim: Claim, previous: _Serving | None = None) -> None:
         session = claim.lease.session
+        if previous is not None:
+            await previous.gone.wait()
         serving = _Serving(LeaseCell(claim.lease))
         serving.turn = self._turn(claim, claim.messages, claim.steers_taken, serving)
         self._turns[session] = serving
@@ -201,8 +212,10 @@ class Replica:
         finally:
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
-            del self._turns[session]
-            del self.counters.running[session]
+            if self._turns.get(session) is serving:
+                del self._turns[session]
+                del self.counters.running[session]
+            serving.gone.set()
         if serving.cell.fenced:
             self.counters.fenced += 1
             log.info("session %r: the lease was lost; the new holder goes on", session)
@@ -221,6 +234,9 @@ class Replica:
             reloaded = await self._reload(claim, serving)
             if reloaded is None:
                 return outcome
+            answered = _answer(claim, reloaded.messages)
+            if answered is not None:  # the answer's save committed; only its reply was lost
+                return answered
             serving.turn = reloaded
 
     async def _reload(self, claim: Claim, serving: _Serving) -> Turn | None:
@@ -231,7 +247,9 @@ class Replica:
             try:
                 messages = await self.store.messages(session)
                 view = await self.service.turn(session, claim.turn)
-            except StoreError as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
                 log.warning("session %r: waiting for the store to carry on (%s)", session, exc)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, self.settings.renew_every)
@@ -284,7 +302,9 @@ class Replica:
                 cell.fenced = True
                 serving.stop_turn()
                 return
-            except StoreError as exc:  # try again; the next write will tell if it was lost
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # try again; the next write will tell if it was lost
                 self.counters.store_errors += 1
                 log.warning("session %r: renewal failed: %s", session, exc)
                 continue
@@ -300,7 +320,9 @@ class Replica:
             except Fenced:
                 self.counters.fenced += 1
                 return
-            except StoreUnavailable as exc:
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # StoreUnavailable, or worse: try until the lease is gone
                 self.counters.store_errors += 1
                 if time.monotonic() > deadline:
                     log.warning("the end of a turn was not recorded (%s): left to the next", exc)
@@ -315,13 +337,23 @@ class Replica:
 
 
 def _already_over(claim: Claim) -> Outcome | None:
-    """The outcome of a resumed turn that needs no run: stopped, or answered already."""
+    """The outcome of a resumed turn that needs no run: answered already, or stopped.
+
+    An answer saved before the stop came wins: the turn ended naturally, it was only its
+    end that was not recorded.
+    """
     if not claim.resumed:
         return None
-    if claim.stop_requested:
-        return Outcome("stopped")
-    mine: list[Message] = claim.messages[claim.start :]
-    answered = mine and mine[-1].role == "assistant" and not mine[-1].tool_calls
+    answered = _answer(claim, claim.messages)
+    if answered is not None:
+        return answered
+    return Outcome("stopped") if claim.stop_requested else None
+
+
+def _answer(claim: Claim, messages: list[Message]) -> Outcome | None:
+    """``completed`` with the answer, if the stored turn ends with its final answer."""
+    mine = messages[claim.start :]
+    answered = bool(mine) and mine[-1].role == "assistant" and not mine[-1].tool_calls
     if answered and any(m.id == claim.prompt.id for m in mine):
         return Outcome("completed", mine[-1].text)
     return None

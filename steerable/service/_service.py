@@ -10,6 +10,7 @@ a replica too. Every argument is checked here, once, and the store trusts what i
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import os
 import socket
@@ -31,9 +32,11 @@ from steerable.service_store import (
     Status,
     TurnView,
 )
-from steerable.store import Store, check_count, check_session_id
+from steerable.store import Store, check_session_id
 
-__all__ = ["Service"]
+__all__ = ["MAX_ID", "MAX_PAGE", "MAX_TEXT", "Service"]
+
+log = logging.getLogger("steerable.service")
 
 _OVER = ("completed", "stopped", "failed", "max_steps")
 
@@ -46,12 +49,59 @@ def _seconds(value: object, what: str) -> float:
     return float(value)
 
 
+MAX_ID = 255
+"""The longest session, input or turn id, in characters: one bound that every store keeps."""
+
+MAX_TEXT = 1_000_000
+"""The longest input text, in UTF-8 bytes: one bound below every store's own limits."""
+
+MAX_PAGE = 1000
+"""The most messages or events one view call returns."""
+
+
+def _encodable(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"{what} is not valid unicode (a lone surrogate?): {value!r:.80}"
+        ) from None
+    return value
+
+
+def _session(session: object) -> str:
+    sid = check_session_id(session)
+    if len(sid) > MAX_ID:
+        raise UsageError(f"a session id has at most {MAX_ID} characters, not {len(sid)}")
+    return _encodable(sid, "the session id")
+
+
+def _id(id: object) -> str:
+    if not isinstance(id, str) or not id or "\x00" in id:
+        raise UsageError(f"an id is a non-empty str without NUL, not {id!r:.80}")
+    if len(id) > MAX_ID:
+        raise UsageError(f"an id has at most {MAX_ID} characters, not {len(id)}")
+    return _encodable(id, "the id")
+
+
 def _input(kind: InputKind, text: object, id: object) -> Input:
     if not isinstance(text, str):
         raise UsageError(f"an input's text is a str, not {type(text).__name__}")
-    if id is not None and not isinstance(id, str):
-        raise UsageError(f"an input id is a str, not {type(id).__name__}: {id!r}")
-    return Input(kind, text) if id is None else Input(kind, text, id)
+    if len(_encodable(text, "the text").encode("utf-8")) > MAX_TEXT:
+        raise UsageError(f"an input's text has at most {MAX_TEXT} bytes of UTF-8")
+    return Input(kind, text) if id is None else Input(kind, text, _id(id))
+
+
+def _page(value: object, what: str, *, low: int = 0) -> int:
+    if type(value) is not int or not low <= value <= MAX_PAGE:
+        raise UsageError(f"`{what}` is an int from {low} to {MAX_PAGE}, not {value!r}")
+    return value
+
+
+def _after(value: object, *, low: int) -> int:
+    if type(value) is not int or not low <= value < 2**62:
+        raise UsageError(f"`after` is an int from {low} up, not {value!r}")
+    return value
 
 
 class Service:
@@ -87,6 +137,9 @@ class Service:
             callable(getattr(agent, "run_turn", None)) and hasattr(agent, "steers_per_turn")
         ):
             raise UsageError(f"agent has no run_turn(turn) and steers_per_turn: {agent!r}")
+        cap = getattr(agent, "steers_per_turn", 0)
+        if type(cap) is not int or cap < 0:
+            raise UsageError(f"an agent's steers_per_turn is an int >= 0, not {cap!r}")
         lease = _seconds(lease, "lease")
         renew = lease / 3 if renew_every is None else _seconds(renew_every, "renew_every")
         if renew >= lease:
@@ -114,33 +167,33 @@ class Service:
 
     async def send(self, session: str, text: str, *, id: str | None = None) -> Accepted:
         """Queue ``text`` as a turn of its own; it starts now if no turn runs."""
-        return await self.store.enqueue(check_session_id(session), _input("send", text, id))
+        return await self.store.enqueue(_session(session), _input("send", text, id))
 
     async def steer(self, session: str, text: str, *, id: str | None = None) -> Accepted:
         """Offer ``text`` to the running turn's next step; ``turn`` None: a turn of its own."""
-        return await self.store.enqueue(check_session_id(session), _input("steer", text, id))
+        return await self.store.enqueue(_session(session), _input("steer", text, id))
 
     async def stop(self, session: str) -> str | None:
         """Stop the running turn, from any replica; its id, or None when none runs."""
-        return await self.store.stop(check_session_id(session))
+        return await self.store.stop(_session(session))
 
     # -- views ----------------------------------------------------------------------------
 
     async def status(self, session: str) -> Status:
         """The running turn, the waiting inputs and the queue length (empty: not an error)."""
-        return await self.store.status(check_session_id(session))
+        return await self.store.status(_session(session))
 
     async def input(self, session: str, id: str) -> InputView | None:
         """The input ``id`` and its fate, or None."""
-        return await self.store.input(check_session_id(session), _id(id))
+        return await self.store.input(_session(session), _id(id))
 
     async def turn(self, session: str, id: str) -> TurnView | None:
         """The turn ``id``, or None."""
-        return await self.store.turn(check_session_id(session), _id(id))
+        return await self.store.turn(_session(session), _id(id))
 
     async def wait(self, session: str, id: str, *, seconds: float) -> TurnView | None:
         """The turn ``id`` once it has ended, or as it is when ``seconds`` have passed."""
-        sid, tid = check_session_id(session), _id(id)
+        sid, tid = _session(session), _id(id)
         deadline = time.monotonic() + _seconds(seconds, "seconds")
         pause = 0.02
         while True:
@@ -153,18 +206,16 @@ class Service:
 
     async def transcript(self, session: str, *, after: int = -1, limit: int = 100) -> list[Entry]:
         """Up to ``limit`` messages after position ``after``, each with its turn."""
-        if type(after) is not int or after < -1:
-            raise UsageError(f"`after` is an int >= -1, not {after!r}")
         return await self.store.transcript(
-            check_session_id(session), after=after, limit=check_count(limit, "limit")
+            _session(session), after=_after(after, low=-1), limit=_page(limit, "limit")
         )
 
     async def events(self, session: str, *, after: int = 0, limit: int = 100) -> list[ServiceEvent]:
         """Up to ``limit`` durable events with ids above ``after``."""
         return await self.store.events(
-            check_session_id(session),
-            after=check_count(after, "after"),
-            limit=check_count(limit, "limit"),
+            _session(session),
+            after=_after(after, low=0),
+            limit=_page(limit, "limit"),
         )
 
     # -- serving ----------------------------------------------------------------------------
@@ -180,6 +231,7 @@ class Service:
         replica = Replica(self.store, self.store, self.agent, self.settings, self._live)
         self.replica = replica
         task = asyncio.create_task(replica.run())
+        task.add_done_callback(_replica_ended)
         try:
             yield replica
         finally:
@@ -193,7 +245,6 @@ class Service:
             await asyncio.Event().wait()
 
 
-def _id(id: object) -> str:
-    if not isinstance(id, str) or not id:
-        raise UsageError(f"an id is a non-empty str, not {id!r}")
-    return id
+def _replica_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the replica stopped serving", exc_info=task.exception())

@@ -174,4 +174,5 @@ class ReActAgent:
             result = await run
         finally:
             stopper.cancel()
+            await asyncio.gather(stopper, return_exceptions=True)
         return outcome_of(result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -283,3 +284,115 @@ async def _answered(store: MemoryStore) -> bool:
 
 async def _idle(replica: object) -> bool:
     return not replica.counters.running  # type: ignore[attr-defined]
+
+
+class _RenewalsDown(MemoryStore):
+    """A memory store whose renewals fail while ``down`` is set."""
+
+    down = False
+
+    async def renew(self, lease, *, seconds):  # type: ignore[no-untyped-def]
+        from steerable.errors import StoreUnavailable
+
+        if self.down:
+            raise StoreUnavailable("down")
+        return await super().renew(lease, seconds=seconds)
+
+
+async def test_a_replica_that_outlived_its_own_lease_takes_the_turn_over_once() -> None:
+    """Its own claim loop takes the session over: the old run is fenced, the turn ends once."""
+    store = _RenewalsDown()
+    service = Service(
+        store, demo_agent(seconds=1.0), replica="a", lease=0.4, renew_every=0.1, poll=0.05
+    )
+    async with service.serving() as replica:
+        sent = await service.send("s", "hello")
+        await _until(lambda: _tool_result_pending(store), "the tool call")
+        store.down = True
+        await asyncio.sleep(0.8)  # the lease runs out while renewals fail
+        store.down = False
+        done = await service.wait("s", sent.id, seconds=10)
+    assert done is not None and (done.state, done.text) == ("completed", "answered: hello")
+    assert done.epoch is not None and done.epoch >= 2
+    assert replica.counters.resumed >= 1 and replica.counters.fenced >= 1
+    # the new run recorded the end itself: no third claim had to find it answered
+    assert replica.counters.recorded_on_takeover == 0
+    ended = [e for e in await service.events("s", after=0, limit=500) if e.kind == "turn_ended"]
+    assert len(ended) == 1
+    from steerable.messages import transcript_problems
+
+    messages = await store.messages("s")
+    assert transcript_problems(messages) == []
+    assert [m.role for m in messages if m.role == "assistant" and not m.tool_calls] == ["assistant"]
+
+
+async def test_an_answer_saved_whose_reply_was_lost_is_not_asked_for_again() -> None:
+    store, seen = _Flaky(3, after_writing=True), Recorder()  # the third save is the answer's
+    service = Service(store, demo_agent(seconds=0.01, record=seen), poll=0.05)
+    async with service.serving():
+        sent = await service.send("s", "hello")
+        done = await service.wait("s", sent.id, seconds=10)
+    assert done is not None and (done.state, done.text) == ("completed", "answered: hello")
+    assert len(seen.requests) == 2
+    answers = [m for m in await store.messages("s") if m.role == "assistant" and m.text]
+    assert [m.text for m in answers] == ["answered: hello"]
+
+
+class _ClaimBug(MemoryStore):
+    """A memory store whose first claim raises something no store should."""
+
+    failed = False
+
+    async def claim(self, holder, *, seconds, cap, session=None):  # type: ignore[no-untyped-def]
+        if not self.failed:
+            self.failed = True
+            raise ValueError("a bug in a store")
+        return await super().claim(holder, seconds=seconds, cap=cap, session=session)
+
+
+async def test_a_replica_goes_on_claiming_after_an_unexpected_error() -> None:
+    store = _ClaimBug()
+    service = Service(store, demo_agent(seconds=0.01), poll=0.05)
+    async with service.serving() as replica:
+        sent = await service.send("s", "hello")
+        done = await service.wait("s", sent.id, seconds=10)
+    assert store.failed and replica.counters.store_errors >= 1
+    assert done is not None and done.state == "completed"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.send("s", "x\ud800"),
+        lambda s: s.send("s\ud800", "x"),
+        lambda s: s.steer("s", "x", id="i\ud800"),
+        lambda s: s.send("s" * 256, "x"),
+        lambda s: s.send("s", "x", id="i" * 256),
+        lambda s: s.send("s", "x", id="a\x00b"),
+        lambda s: s.send("s", "x" * 1_000_001),
+        lambda s: s.events("s", after=2**70),
+        lambda s: s.transcript("s", limit=2**70),
+        lambda s: s.transcript("s", after=-2),
+        lambda s: s.input("s", 5),
+    ],
+    ids=[
+        "surrogate-text",
+        "surrogate-session",
+        "surrogate-id",
+        "long-session",
+        "long-id",
+        "nul-id",
+        "huge-text",
+        "huge-after",
+        "huge-limit",
+        "after-below",
+        "int-id",
+    ],
+)
+async def test_bad_arguments_are_usage_errors_before_any_store_call(call: Any) -> None:
+    from steerable.errors import UsageError
+
+    store = MemoryStore()
+    with pytest.raises(UsageError):
+        await call(Service(store))
+    assert await store.events("s", after=0, limit=10) == []

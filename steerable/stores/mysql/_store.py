@@ -74,6 +74,11 @@ class MySQLStore(MySQLServiceTables):
         self._pool = pool
         self._checked = False  # this object has seen the database at SCHEMA_VERSION
 
+    @property
+    def pool(self) -> Pool:
+        """The ``aiomysql`` pool this store was given (for ``migrate``, say)."""
+        return self._pool
+
     async def schema_version(self) -> int:
         """The highest migration the database has applied; 0 when it has none."""
         try:
