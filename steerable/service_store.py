@@ -341,3 +341,13 @@ def turn_of(position: int, starts: Sequence[tuple[int, str]]) -> str | None:
             break
         owner = turn
     return owner
+
+
+def message_event(message: Message, position: int) -> dict[str, Any]:
+    """The ``data`` of the ``message`` event of ``message`` stored at ``position``."""
+    return {
+        "position": position,
+        "id": message.id,
+        "role": message.role,
+        "steered": message.steered,
+    }

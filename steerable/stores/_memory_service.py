@@ -35,6 +35,7 @@ from steerable.service_store import (
     TurnState,
     TurnView,
     counts_as_step,
+    message_event,
     turn_of,
 )
 
@@ -264,13 +265,13 @@ class MemoryServiceTables:
             turn.steers_taken += len(offered)
             position = len(transcript)
             for message in messages:
-                svc.emit("message", turn.id, _stored(message, position))
+                svc.emit("message", turn.id, message_event(message, position))
                 position += 1
             if offered:
                 ids_taken = [r.input.id for r in offered]
                 svc.emit("steers_taken", turn.id, {"ids": ids_taken, "step": turn.steps})
             for message in taken:
-                svc.emit("message", turn.id, _stored(message, position))
+                svc.emit("message", turn.id, message_event(message, position))
                 position += 1
             if counts_as_step(messages, take):
                 svc.emit("step", turn.id, {"step": turn.steps, "length": position})
@@ -358,13 +359,3 @@ class MemoryServiceTables:
         with self._lock:
             svc = self._service.get(session)
             return svc.events[max(after, 0) : max(after, 0) + limit] if svc else []
-
-
-def _stored(message: Message, position: int) -> dict[str, Any]:
-    """The ``data`` of a ``message`` event."""
-    return {
-        "position": position,
-        "id": message.id,
-        "role": message.role,
-        "steered": message.steered,
-    }

@@ -42,6 +42,7 @@ from steerable.service_store import (
     TurnState,
     TurnView,
     counts_as_step,
+    message_event,
     turn_of,
 )
 
@@ -302,16 +303,6 @@ def _turn_view(svc: _Svc, turn: _Turn) -> TurnView:
     )
 
 
-def _stored(message: Message, position: int) -> dict[str, Any]:
-    """The ``data`` of a ``message`` event."""
-    return {
-        "position": position,
-        "id": message.id,
-        "role": message.role,
-        "steered": message.steered,
-    }
-
-
 # -- the writes, each one transaction --------------------------------------------------
 
 
@@ -471,11 +462,11 @@ def _step(
         [(tx.session, length + i, id, body) for i, (id, body) in enumerate(rows)],
     )
     for position, message in enumerate(messages, length):
-        tx.emit("message", turn.id, _stored(message, position))
+        tx.emit("message", turn.id, message_event(message, position))
     if offered:
         tx.emit("steers_taken", turn.id, {"ids": [m.id for m in offered], "step": turn.steps})
     for position, message in enumerate(taken, length + len(messages)):
-        tx.emit("message", turn.id, _stored(message, position))
+        tx.emit("message", turn.id, message_event(message, position))
     if step:
         tx.emit("step", turn.id, {"step": turn.steps, "length": length + len(rows)})
     tx.save_turn(turn)

@@ -98,6 +98,7 @@ from steerable.service_store import (
     Status,
     TurnView,
     counts_as_step,
+    message_event,
     turn_of,
 )
 from steerable.stores.mongodb import _layout as layout
@@ -197,16 +198,6 @@ def _turn_view(service: Doc | None, doc: Doc) -> TurnView:
     )
 
 
-def _stored(message: Message, position: int) -> Doc:
-    """The ``data`` of a ``message`` event."""
-    return {
-        "position": position,
-        "id": message.id,
-        "role": message.role,
-        "steered": message.steered,
-    }
-
-
 def _step_events(
     events: _Events,
     turn: str,
@@ -218,12 +209,12 @@ def _step_events(
 ) -> _Events:
     """A step's events but its ``step``: the messages, the steers taken and their messages."""
     for message in messages:
-        events.add("message", turn, _stored(message, position))
+        events.add("message", turn, message_event(message, position))
         position += 1
     if offered:
         events.add("steers_taken", turn, {"ids": [row["i"] for row in offered], "step": step})
     for message in taken:
-        events.add("message", turn, _stored(message, position))
+        events.add("message", turn, message_event(message, position))
         position += 1
     return events
 

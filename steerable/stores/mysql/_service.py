@@ -43,6 +43,7 @@ from steerable.service_store import (
     Status,
     TurnView,
     counts_as_step,
+    message_event,
 )
 from steerable.stores.mysql._driver import (
     ATTEMPTS,
@@ -220,16 +221,6 @@ def _input_view(row: tuple[Any, ...]) -> InputView:
     )
 
 
-def _stored(message: Message, position: int) -> dict[str, Any]:
-    """The ``data`` of a ``message`` event."""
-    return {
-        "position": position,
-        "id": message.id,
-        "role": message.role,
-        "steered": message.steered,
-    }
-
-
 async def _locked(tx: _Tx, session: str, *, share: bool = False) -> _Service | None:
     lock = "LOCK IN SHARE MODE" if share else "FOR UPDATE"
     rows = await tx.rows(_SERVICE + lock, (session,))
@@ -397,7 +388,7 @@ class MySQLServiceTables:
         for message in messages:
             check_id(message.id, "message id")
         batch = [
-            [m.id, codec.encode(m), json.dumps(_stored(m, at + n), separators=(",", ":"))]
+            [m.id, codec.encode(m), json.dumps(message_event(m, at + n), separators=(",", ":"))]
             for n, m in enumerate(messages)
         ]
         await self._check_once()
