@@ -241,6 +241,22 @@ class ServiceEvent:
     at: float
 
 
+SessionState = Literal["idle", "running", "queued"]
+"""A session now: a turn ``running``; inputs ``queued`` and no turn running; else ``idle``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """A session in a listing: its state, its running turn, how many inputs wait to be turns,
+    and the time of its last event (database clock, seconds since the Unix epoch)."""
+
+    session: str
+    state: SessionState
+    turn: str | None
+    queued: int
+    updated_at: float
+
+
 @dataclass(frozen=True, slots=True)
 class Hint:
     """A notification that something changed: new ``work`` for a session, or a ``stop``.
@@ -307,6 +323,16 @@ class ServiceStore(Protocol):
 
     async def events(self, session: str, *, after: int, limit: int) -> list[ServiceEvent]:
         """Up to ``limit`` durable events with ids > ``after``, in id order."""
+        ...
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``.
+
+        Only sessions that had an input; in code-point order of their ids (keyset paging:
+        pass the last id of a page as the next ``after``); ``state`` keeps only those in it.
+        """
         ...
 
 

@@ -31,6 +31,8 @@ from steerable.service_store import (
     Outcome,
     Renewal,
     ServiceEvent,
+    SessionState,
+    SessionSummary,
     Status,
     TurnState,
     TurnView,
@@ -82,6 +84,13 @@ class _Service:
 
     def queued(self) -> list[_Input]:
         return [i for i in self.inputs.values() if i.state == "waiting" and i.turn is None]
+
+
+def _summary(name: str, svc: _Service) -> SessionSummary:
+    queued = len(svc.queued())
+    state: SessionState = "running" if svc.running else "queued" if queued else "idle"
+    updated = svc.events[-1].at if svc.events else 0.0
+    return SessionSummary(name, state, svc.running, queued, updated)
 
 
 def _turn_view(service: _Service, turn: _Turn) -> TurnView:
@@ -359,3 +368,20 @@ class MemoryServiceTables:
         with self._lock:
             svc = self._service.get(session)
             return svc.events[max(after, 0) : max(after, 0) + limit] if svc else []
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``."""
+        with self._lock:
+            names = sorted(n for n in self._service if n.startswith(prefix))
+            found: list[SessionSummary] = []
+            for name in names:
+                if after is not None and name <= after:
+                    continue
+                summary = _summary(name, self._service[name])
+                if state is None or summary.state == state:
+                    found.append(summary)
+                if len(found) >= limit:
+                    break
+            return found

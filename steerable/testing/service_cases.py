@@ -599,3 +599,57 @@ async def a_repeated_steer_id_repeats_its_first_answer(store: Both) -> None:
     assert (again.turn, again.ahead, again.seq, again.duplicate) == ("t", first.ahead, 3, True)
     queued = await store.enqueue(sid, _send("later", "q"))
     assert (await store.enqueue(sid, _send("later", "q"))).ahead == queued.ahead == 2
+
+
+# -- listing -------------------------------------------------------------------------------------
+
+
+@_case
+async def sessions_are_listed_by_prefix_in_code_point_order_with_their_state(
+    store: Both,
+) -> None:
+    """Only the prefix's sessions that had an input, sorted by code point, each with its state."""
+    prefix = f"list-{new_id()}/"
+    names = [prefix + n for n in ("b", "B", "a", "\u00e9", "z", "\U0001f600", "a b")]
+    for name in names:
+        await store.enqueue(name, _send("hi"))
+    await store.enqueue(f"list-{new_id()}/a", _send("another prefix"))
+    await store.save(prefix + "core-only", [user("no input")], at=0)
+    await _claimed(store, prefix + "a")
+    await store.enqueue(prefix + "a", _send("waits"))
+    listed = await store.sessions(prefix=prefix, after=None, limit=100)
+    assert [s.session for s in listed] == sorted(names)
+    by_name = {s.session: s for s in listed}
+    running = by_name[prefix + "a"]
+    assert (running.state, running.turn, running.queued) == ("running", running.turn, 1)
+    assert running.turn is not None
+    assert (by_name[prefix + "b"].state, by_name[prefix + "b"].queued) == ("queued", 1)
+    assert all(isinstance(s.updated_at, float) and s.updated_at > 0 for s in listed)
+
+
+@_case
+async def a_listing_pages_after_an_id_and_filters_by_state(store: Both) -> None:
+    """``after`` continues a listing where a page ended; ``state`` keeps only those in it."""
+    prefix = f"list-{new_id()}/"
+    for name in ("1", "2", "3", "4", "5"):
+        await store.enqueue(prefix + name, _send("hi"))
+    claim = await _claimed(store, prefix + "2")
+    await store.end_turn(claim.lease, Outcome("completed"))
+    await _claimed(store, prefix + "4")
+    first = await store.sessions(prefix=prefix, after=None, limit=2)
+    second = await store.sessions(prefix=prefix, after=first[-1].session, limit=2)
+    rest = await store.sessions(prefix=prefix, after=second[-1].session, limit=2)
+    assert [s.session[-1] for s in first + second + rest] == ["1", "2", "3", "4", "5"]
+    assert [
+        s.session[-1]
+        for s in await store.sessions(prefix=prefix, after=None, limit=10, state="idle")
+    ] == ["2"]
+    assert [
+        s.session[-1]
+        for s in await store.sessions(prefix=prefix, after=None, limit=10, state="running")
+    ] == ["4"]
+    assert [
+        s.session[-1]
+        for s in await store.sessions(prefix=prefix, after=None, limit=10, state="queued")
+    ] == ["1", "3", "5"]
+    assert await store.sessions(prefix=f"list-{new_id()}/", after=None, limit=10) == []
