@@ -31,6 +31,8 @@ from steerable.service_store import (
     Renewal,
     ServiceEvent,
     ServiceStore,
+    SessionState,
+    SessionSummary,
     Status,
     TurnView,
 )
@@ -149,6 +151,13 @@ class Counting:
         """Counted ``ServiceStore.events``."""
         self.calls["events"] += 1
         return await self.inner.events(session, after=after, limit=limit)
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Counted ``ServiceStore.sessions``."""
+        self.calls["sessions"] += 1
+        return await self.inner.sessions(prefix=prefix, after=after, limit=limit, state=state)
 
 
 class CountingNotifying(Counting):

@@ -171,7 +171,7 @@ async def turn_calls(
     result = await Runner.run(spec, "plan my week", DemoModel(calls=calls))
     assert result.reason == "completed", result.error
     store: Counting = counting(inner)
-    front, probe = Service(inner), Probe()
+    front, probe = Service(counting(inner)), Probe()  # its counts are not read
     service = Service(
         store,
         agent(probe, TimedWork(tool), calls=calls),

@@ -70,7 +70,7 @@ async def _until(ended: Callable[[], Awaitable[int]], total: int, pause: float) 
 @contextlib.asynccontextmanager
 async def modes(target: Target, root: Path) -> AsyncIterator[list[Mode]]:
     """The three modes over ``target`` (Postgres), their pools opened once for all rounds."""
-    front = Service(await target.open())
+    front = Service(counting(await target.open()))  # its counts are not read
     stores = [counting(await target.open()) for _ in range(3)]
     found = [
         Mode("1 replica", 1, lambda s, n: _in_process(front, stores[:1], s, n)),

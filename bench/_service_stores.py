@@ -120,8 +120,7 @@ async def _sqlite(path: Path) -> AsyncIterator[Target]:
     async with contextlib.AsyncExitStack() as stack:
 
         async def open_() -> Both:
-            store: Both = await stack.enter_async_context(SQLiteStore(path))
-            return store
+            return _cast(await stack.enter_async_context(SQLiteStore(path)))
 
         yield Target(SQLITE, open_, url=f"sqlite:///{path}")
 

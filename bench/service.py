@@ -161,7 +161,12 @@ def throughput_table(found: list[replicas.Mode]) -> str:
             ]
         )
     headers = ["replicas", "turns/s", "vs 1 replica", "calls/turn", *VERBS, "other"]
-    return table(headers, rows)
+    others = [
+        f"{mode.name}: " + ", ".join(f"{n} {v}" for v, n in mode.calls.items() if v not in VERBS)
+        for mode in found
+        if any(v not in VERBS for v in mode.calls)
+    ]
+    return table(headers, rows) + "".join(f"\n\n- other, {line}" for line in others)
 
 
 def calls_table(found: list[TurnCalls]) -> str:
