@@ -38,6 +38,8 @@ from steerable.service_store import (
     Outcome,
     Renewal,
     ServiceEvent,
+    SessionState,
+    SessionSummary,
     Status,
     TurnState,
     TurnView,
@@ -46,7 +48,7 @@ from steerable.service_store import (
     turn_of,
 )
 
-__all__ = ["SERVICE_TABLES", "SQLiteServiceTables"]
+__all__ = ["SERVICE_TABLES", "SQLiteServiceTables", "listing", "prefix_end"]
 
 # Version 2 of the file's schema. ``expires`` is 0 whenever nobody holds the session, so
 # "no live lease" is ``expires <= now``; the partial index holds only the sessions with
@@ -131,6 +133,61 @@ CLAIMABLE = (
     " AND expires <= ? ORDER BY expires LIMIT 1"
 )
 LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = ?"
+
+# A listing's filter on the state, applied before its LIMIT (columns of the session's row).
+_STATE_FILTER: dict[SessionState | None, str] = {
+    None: "",
+    "running": " AND s.running IS NOT NULL",
+    "queued": " AND s.running IS NULL AND s.queued > 0",
+    "idle": " AND s.running IS NULL AND s.queued = 0",
+}
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``; None if none is.
+
+    So ``prefix <= id < prefix_end(prefix)`` is "``id`` starts with ``prefix``" as a range
+    of code points, which an index scans. The last code point below U+10FFFF grows by one
+    (the U+10FFFF after it dropped); a surrogate, which no stored id holds, is skipped.
+    """
+    kept = prefix.rstrip("\U0010ffff")
+    if not kept:
+        return None
+    last = ord(kept[-1]) + 1
+    return kept[:-1] + chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)
+
+
+def listing(prefix: str, after: str | None) -> tuple[str, bool, str | None]:
+    """A listing's range of ids: its lower bound, whether that is included, its upper bound.
+
+    The range starts after ``after`` when that is at or above ``prefix`` (keyset paging),
+    else at ``prefix`` itself; it ends below :func:`prefix_end` (None: no end).
+    """
+    if after is not None and after >= prefix:
+        return after, False, prefix_end(prefix)
+    return prefix, True, prefix_end(prefix)
+
+
+def listing_query(
+    prefix: str, after: str | None, state: SessionState | None
+) -> tuple[str, list[str]]:
+    """The SELECT of a listing (its LIMIT the last parameter, left out) and its bounds.
+
+    A range scan of the session rows' primary key (SQLite's BINARY order is the UTF-8
+    bytes', so code-point order); the last event's time is one lookup on the events' key.
+    """
+    lower, included, upper = listing(prefix, after)
+    where = f"s.session {'>=' if included else '>'} ?"
+    args = [lower]
+    if upper is not None:
+        where += " AND s.session < ?"
+        args.append(upper)
+    sql = (
+        "SELECT s.session, s.running, s.queued, e.at FROM steerable_service AS s"
+        " LEFT JOIN steerable_events AS e ON e.session = s.session AND e.id = s.events"
+        f" WHERE {where} AND s.inputs > 0{_STATE_FILTER[state]} ORDER BY s.session LIMIT ?"
+    )
+    return sql, args
 
 
 @dataclass
@@ -605,6 +662,23 @@ def _events(db: sqlite3.Connection, session: str, after: int, limit: int) -> lis
     return [ServiceEvent(id, kind, turn, json.loads(data), at) for id, kind, turn, data, at in rows]
 
 
+def _sessions(
+    db: sqlite3.Connection, prefix: str, after: str | None, limit: int, state: SessionState | None
+) -> list[SessionSummary]:
+    sql, args = listing_query(prefix, after, state)
+    rows = db.execute(sql, (*args, max(limit, 0))).fetchall()
+    return [
+        SessionSummary(
+            session,
+            "running" if running is not None else "queued" if queued else "idle",
+            running,
+            queued,
+            float(at or 0.0),
+        )
+        for session, running, queued, at in rows
+    ]
+
+
 class SQLiteServiceTables:
     """The :class:`steerable.service_store.ServiceStore` verbs of :class:`SQLiteStore`."""
 
@@ -660,3 +734,9 @@ class SQLiteServiceTables:
     async def events(self, session: str, *, after: int, limit: int) -> list[ServiceEvent]:
         """Up to ``limit`` durable events with ids > ``after``, in id order."""
         return await self._call(lambda db: _events(db, session, after, limit))
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``."""
+        return await self._call(lambda db: _sessions(db, prefix, after, limit, state))
