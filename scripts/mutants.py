@@ -382,5 +382,91 @@ MUTANTS += [
 ]
 
 
+# -- the service: its stores' fencing, caps and ends, and the engine ----------------------
+_MEM_SVC, _SQL_SVC = "steerable/stores/_memory_service.py", "steerable/stores/_sqlite_service.py"
+_PG_SVC, _REPLICA = "steerable/stores/postgres/_service.py", "steerable/service/_replica.py"
+_MEM_SVC_SUITE = "tests/stores/test_memory_service_contract.py"
+_ENGINE = "tests/service/test_engine.py"
+MUTANTS += [
+    _m(
+        "memory-service-an-older-epoch-still-writes",
+        _MEM_SVC,
+        "svc.epoch != lease.epoch or svc.holder != lease.holder",
+        "svc.holder != lease.holder",
+        _MEM_SVC_SUITE,
+    ),
+    _m(
+        "memory-service-no-cap-on-offers",
+        _MEM_SVC,
+        "and running.offered < running.cap",
+        "and True",
+        _MEM_SVC_SUITE,
+    ),
+    _m(
+        "memory-service-a-live-lease-is-claimed",
+        _MEM_SVC,
+        "if svc is None or (svc.holder is not None and svc.expires > now):",
+        "if svc is None:",
+        _MEM_SVC_SUITE,
+    ),
+    _m(
+        "memory-service-untaken-steers-die-with-the-turn",
+        _MEM_SVC,
+        "row.turn = None  # a turn of its own, in its place",
+        'row.state = "taken"',
+        _MEM_SVC_SUITE,
+    ),
+    _m(
+        "sqlite-service-an-older-epoch-still-writes",
+        _SQL_SVC,
+        "if not self.found or svc.epoch != lease.epoch or svc.holder != lease.holder:",
+        "if not self.found or svc.holder != lease.holder:",
+        "tests/stores/test_sqlite_contract.py",
+    ),
+    _m(
+        "sqlite-service-untaken-steers-stay-offered",
+        _SQL_SVC,
+        "\"UPDATE steerable_inputs SET turn = NULL WHERE session = ? AND state = 'waiting'\"",
+        "\"UPDATE steerable_inputs SET turn = turn WHERE session = ? AND state = 'waiting'\"",
+        "tests/stores/test_sqlite_contract.py",
+    ),
+    _m(
+        "postgres-service-a-stale-lease-writes",
+        _PG_SVC,
+        "    WHERE fresh.epoch = $2 AND fresh.holder = $3\n",
+        "    WHERE fresh.holder = $3\n",
+        "tests/stores/postgres/test_service_contract.py",
+    ),
+    _m(
+        "postgres-service-no-cap",
+        _PG_SVC,
+        "least($5::bigint, held.cap - held.steers_taken)",
+        "least($5::bigint, 1000)",
+        "tests/stores/postgres/test_service_contract.py",
+    ),
+    _m(
+        "engine-a-stop-seen-at-renewal-is-ignored",
+        _REPLICA,
+        "            if renewal.stop_requested:\n                serving.stop_turn()",
+        "            if False:\n                serving.stop_turn()",
+        "tests/service/test_replicas.py",
+    ),
+    _m(
+        "engine-the-prompt-is-appended-again-on-resume",
+        _REPLICA,
+        "if claim.prompt.id not in {m.id for m in messages[claim.start :]}:",
+        "if True:",
+        _ENGINE,
+    ),
+    _m(
+        "engine-an-answered-turn-is-run-again",
+        _REPLICA,
+        "    answered = _answer(claim, claim.messages)\n",
+        "    answered = None\n",
+        _ENGINE,
+    ),
+]
+
+
 if __name__ == "__main__":
     sys.exit(main())
