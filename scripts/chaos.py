@@ -167,15 +167,7 @@ async def _mysql(name: str) -> Database:
     await admin(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
     auth = quote(user) + (":" + quote(password) if password else "")
     url = f"mysql://{auth}@{host}:{port}/{name}?pool=4"
-    from steerable.stores.mysql import migrate
-
-    # migrate_url reads ``store.pool``, which MySQLStore does not have (yet): a pool of ours
-    pool = await aiomysql.create_pool(**login, db=name, minsize=0, maxsize=1)
-    try:
-        await migrate(pool)
-    finally:
-        pool.close()
-        await pool.wait_closed()
+    await migrate_url(url)
     return Database(
         url, lambda: admin(f"DROP DATABASE IF EXISTS {name}"), _restart(MARIADB_RESTART)
     )
@@ -382,6 +374,8 @@ class Run:
         self.acks: list[dict[str, Any]] = []
         self.base = 0.0  # the wall-clock start of the plan (set once the replicas serve)
         self._starting: set[asyncio.Task[None]] = set()
+        self.client_procs: list[asyncio.subprocess.Process] = []
+        self.broken: str | None = None  # why a killed replica could not be started again
 
     async def _spawn(self, slot: int) -> ReplicaProcess:
         replica = ReplicaProcess(slot, len(self.tally.incarnations), self.db.url, self.args)
@@ -421,7 +415,7 @@ class Run:
 
     async def clients(self, ops: list[Op]) -> None:
         """Start the client processes and the replica route; wait until all have sent."""
-        procs, files = [], []
+        procs, files = self.client_procs, []
         for n in range(self.args.workers):
             mine = [o for o in ops if o.route == f"w{n}"]
             plan = self.logs / f"plan-w{n}.json"
@@ -456,6 +450,8 @@ class Run:
     async def _chaos(self, actions: list[str], times: list[float]) -> None:
         pauses: list[asyncio.Task[None]] = []
         for at, action in zip(times, actions, strict=True):
+            if self.broken is not None:  # a run with fewer replicas tests less: stop it
+                raise RuntimeError(self.broken)
             await asyncio.sleep(max(0.0, self.base + at - time.time()))
             for _ in range(100):  # one replica keeps serving: wait for a restart or a SIGCONT
                 if len(targets := self.serving()) >= 2:
@@ -472,6 +468,8 @@ class Run:
             else:
                 pauses.append(asyncio.create_task(self._pause(target)))
         await asyncio.gather(*pauses, *self._starting)
+        if self.broken is not None:
+            raise RuntimeError(self.broken)
 
     def _note(self, action: str, replica: str) -> None:
         """What the chaos did and when, in the run's log folder (to read beside the logs)."""
@@ -485,8 +483,10 @@ class Run:
         self.tally.kills += 1
 
         async def again() -> None:
-            fresh = await self._spawn(replica.slot)
-            self.replicas[replica.slot] = fresh
+            try:
+                self.replicas[replica.slot] = await self._spawn(replica.slot)
+            except (RuntimeError, OSError, TimeoutError) as exc:
+                self.broken = f"a killed replica did not start again: {exc!r}"
 
         task = asyncio.create_task(again())
         self._starting.add(task)
@@ -809,6 +809,10 @@ async def _run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         for replica in run.tally.incarnations:
             with contextlib.suppress(ProcessLookupError):
                 await replica.kill()
+        for client in run.client_procs:
+            with contextlib.suppress(ProcessLookupError):
+                client.kill()
+            await client.wait()
         if not args.keep:
             await db.drop()
     seconds = {"wall": time.monotonic() - begun, "sending": sent - begun}
