@@ -28,6 +28,10 @@ transcript inside SQL; its text is read back from that body (NUL included). A tu
 by claim. The partial index ``steerable_sessions_work`` holds only the sessions with work
 (a running turn or an input that waits to be one), so a claim of any session reads those
 by lease expiry and never the sessions that went idle.
+
+Step 3 indexes the sessions' ids in code-point order (``COLLATE "C"``: the primary key's
+order is the database's collation, which may be a language's), so a listing by prefix
+(``sessions``) is a range scan of that index, whatever the database's locale.
 """
 
 from __future__ import annotations
@@ -123,6 +127,14 @@ MIGRATIONS: Final = validated(
     at      timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT steerable_events_id PRIMARY KEY (session, id)
 )""",
+            ),
+        ),
+        Migration(
+            3,
+            "the sessions' ids in code-point order, for listings by prefix",
+            (
+                """CREATE INDEX IF NOT EXISTS steerable_sessions_listing
+    ON steerable_sessions (session COLLATE "C")""",
             ),
         ),
     ]

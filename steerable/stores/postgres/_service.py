@@ -56,10 +56,13 @@ from steerable.service_store import (
     Outcome,
     Renewal,
     ServiceEvent,
+    SessionState,
+    SessionSummary,
     Status,
     TurnView,
     counts_as_step,
 )
+from steerable.stores._sqlite_service import listing
 from steerable.stores.postgres._translate import translated
 
 if TYPE_CHECKING:
@@ -403,6 +406,33 @@ SELECT id, kind, turn, data, extract(epoch FROM at)::float8 AS at FROM steerable
 WHERE session = $1 AND id > $2 ORDER BY id LIMIT greatest($3::bigint, 0)
 """
 
+# A listing: a range of the code-point index of step 3 (the bounds are filled in), the
+# state filter before the LIMIT, and the last event's time by one lookup on the events' key.
+_SESSIONS = """
+SELECT s.session, s.running, s.queued, extract(epoch FROM e.at)::float8 AS at
+FROM steerable_sessions s
+    LEFT JOIN steerable_events e ON e.session = s.session AND e.id = s.events
+WHERE {bounds} AND s.inputs > 0{state}
+ORDER BY s.session COLLATE "C" LIMIT greatest($1::bigint, 0)
+"""
+
+_STATE_FILTER: dict[SessionState | None, str] = {
+    None: "",
+    "running": " AND s.running IS NOT NULL",
+    "queued": " AND s.running IS NULL AND s.queued > 0",
+    "idle": " AND s.running IS NULL AND s.queued = 0",
+}
+
+
+def _listing(prefix: str, after: str | None, state: SessionState | None) -> tuple[str, list[str]]:
+    """The statement of a listing and its bounds (``$2``, ``$3``; ``$1`` is the limit)."""
+    lower, included, upper = listing(prefix, after)
+    bounds = f's.session COLLATE "C" {">=" if included else ">"} $2'
+    if upper is not None:
+        bounds += ' AND s.session COLLATE "C" < $3'
+    args = [lower] if upper is None else [lower, upper]
+    return _SESSIONS.format(bounds=bounds, state=_STATE_FILTER[state]), args
+
 
 class PostgresServiceTables:
     """The :class:`steerable.service_store.ServiceStore` verbs of :class:`PostgresStore`.
@@ -649,6 +679,26 @@ class PostgresServiceTables:
         )
         return [
             ServiceEvent(id, kind, turn, json.loads(data), at) for id, kind, turn, data, at in rows
+        ]
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``.
+
+        One statement: a range scan of the sessions' code-point index (schema step 3).
+        """
+        query, bounds = _listing(prefix, after, state)
+        rows = await self._fetch(f"list the sessions under {prefix!r}", query, limit, *bounds)
+        return [
+            SessionSummary(
+                session,
+                "running" if running is not None else "queued" if queued else "idle",
+                running,
+                queued,
+                at or 0.0,
+            )
+            for session, running, queued, at in rows
         ]
 
     # -- hints -----------------------------------------------------------------------------

@@ -69,7 +69,7 @@ async def test_a_database_at_version_1_keeps_its_data_through_the_service_tables
         old = PostgresStore(empty_schema)
         await old.save("s", [user("kept"), assistant("too")], at=0)
         await old.steer("s", Steer("still waiting", "w"))
-    assert await migrate(empty_schema) == [2]
+    assert await migrate(empty_schema) == [2, 3]
     store = PostgresStore(empty_schema)
     assert [m.text for m in await store.messages("s")] == ["kept", "too"]
     assert [(s.id, s.text) for s in await store.steers("s")] == [("w", "still waiting")]
@@ -78,6 +78,25 @@ async def test_a_database_at_version_1_keeps_its_data_through_the_service_tables
     assert claim is not None and (claim.start, len(claim.messages)) == (2, 2)
     await store.step(claim.lease, [claim.prompt.message(steered=False)], at=2, take=0)
     assert [m.text for m in await store.messages("s")] == ["kept", "too", "go"]
+
+
+async def test_a_database_at_version_2_lists_its_sessions_after_the_listing_step(
+    empty_schema: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as earlier:  # the release before the listing
+        for module in ("_store", "_migrate"):
+            earlier.setattr(f"steerable.stores.postgres.{module}.MIGRATIONS", MIGRATIONS[:2])
+        assert await migrate(empty_schema) == [1, 2]
+        old = PostgresStore(empty_schema)
+        for name in ("b", "a", "\u00e9"):
+            await old.enqueue(name, Input("send", "go"))
+    assert await migrate(empty_schema) == [3]
+    listed = await PostgresStore(empty_schema).sessions(prefix="", after=None, limit=10)
+    assert [(s.session, s.state) for s in listed] == [
+        ("a", "queued"),
+        ("b", "queued"),
+        ("\u00e9", "queued"),
+    ]
 
 
 def test_the_store_takes_a_pool_not_a_dsn() -> None:
