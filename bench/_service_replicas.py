@@ -171,6 +171,11 @@ async def _processes(
         await _send_all(front, sessions, sends)
         await _until(ended, sessions * sends, 0.02)  # asking costs the replicas a little
         seconds = time.perf_counter() - start
+    except TimeoutError:
+        for index in range(3):  # what the replicas said, before the directory goes
+            log = (root / f"p{index}.log").read_text(encoding="utf-8", errors="replace")
+            print(f"-- replica p{index}:\n{log[-2000:]}", file=sys.stderr)
+        raise
     finally:
         counts = await asyncio.gather(*(p.close() for p in processes))
     return seconds, sum(counts, Counter[str]())
