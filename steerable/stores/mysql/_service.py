@@ -40,11 +40,14 @@ from steerable.service_store import (
     Outcome,
     Renewal,
     ServiceEvent,
+    SessionState,
+    SessionSummary,
     Status,
     TurnView,
     counts_as_step,
     message_event,
 )
+from steerable.stores._sqlite_service import listing
 from steerable.stores.mysql._driver import (
     ATTEMPTS,
     MAX_AT,
@@ -85,6 +88,38 @@ _LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE s
 _CORE_LOCK = (
     "INSERT INTO steerable_sessions (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
 )
+
+# A listing: a range scan of the session rows' primary key (VARBINARY ids compare by their
+# UTF-8 bytes, which is code-point order), the state filter before the LIMIT, the last
+# event's time by one lookup on the events' key. The bounds are filled in.
+_SESSIONS = (
+    "SELECT s.session, s.running, s.queued, e.at FROM steerable_service AS s"
+    " LEFT JOIN steerable_events AS e ON e.session = s.session AND e.id = s.events"
+    " WHERE {bounds} AND s.inputs > 0{state} ORDER BY s.session LIMIT %s"
+)
+_STATE_FILTER: dict[SessionState | None, str] = {
+    None: "",
+    "running": " AND s.running IS NOT NULL",
+    "queued": " AND s.running IS NULL AND s.queued > 0",
+    "idle": " AND s.running IS NULL AND s.queued = 0",
+}
+
+
+def listing_query(
+    prefix: str, after: str | None, state: SessionState | None
+) -> tuple[str, list[str]]:
+    """The SELECT of a listing (its LIMIT the last parameter, left out) and its bounds.
+
+    A bound compared with a VARBINARY id is compared as its UTF-8 bytes (a binary string
+    wins the comparison's type), so the primary key bounds the scan.
+    """
+    lower, included, upper = listing(prefix, after)
+    bounds = f"s.session {'>=' if included else '>'} %s"
+    args = [lower]
+    if upper is not None:
+        bounds += " AND s.session < %s"
+        args.append(upper)
+    return _SESSIONS.format(bounds=bounds, state=_STATE_FILTER[state]), args
 
 
 @dataclass(frozen=True, slots=True)
@@ -554,6 +589,27 @@ class MySQLServiceTables:
                 float(at),
             )
             for id, kind, turn, data, at in rows
+        ]
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``.
+
+        One statement: a range scan of the session rows' primary key.
+        """
+        await self._check_once()
+        sql, bounds = listing_query(prefix, after, state)
+        rows = await self._run(sql, (*bounds, min(max(limit, 0), MAX_AT)))
+        return [
+            SessionSummary(
+                text_of(session),
+                "running" if running is not None else "queued" if queued else "idle",
+                None if running is None else text_of(running),
+                int(queued),
+                0.0 if at is None else float(at),
+            )
+            for session, running, queued, at in rows
         ]
 
 
