@@ -15,7 +15,7 @@ from steerable.stores.postgres._service import _listing
 
 
 @pytest.mark.parametrize(
-    ("after", "state"), [(None, None), ("a/x", "running"), (None, "idle"), ("b", "queued")]
+    ("after", "state"), [(None, None), ("a/x", "running"), (None, "idle"), ("a/z", "queued")]
 )
 async def test_a_listing_is_a_range_scan_of_the_code_point_index(
     pool: Any, after: str | None, state: SessionState | None
