@@ -1,0 +1,122 @@
+"""The FastAPI app of the service: ``create_app(service, ...)``; routes in :mod:`._routes`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from steerable.errors import UsageError
+from steerable.service import Service
+from steerable.service.http._live import LiveFeed, LocalLive
+from steerable.service.http._problems import (
+    PROBLEM,
+    BearerGate,
+    check_tokens,
+    install_handlers,
+)
+from steerable.service.http._routes import Context, add_routes
+
+__all__ = ["create_app", "live_feed"]
+
+
+def live_feed(store: object) -> LiveFeed:
+    """The live feed that suits ``store``: Postgres notifications, else this process only."""
+    if type(store).__module__.startswith("steerable.stores.postgres"):
+        from steerable.stores.postgres._live import PostgresLive
+
+        pool: Any = getattr(store, "pool")  # noqa: B009 - typed Any: the store's own attribute
+        return PostgresLive(pool)
+    return LocalLive()
+
+
+def _positive(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise UsageError(f"`{what}` is a number of seconds, not {value!r}")
+    if value <= 0:
+        raise UsageError(f"`{what}` is > 0, not {value!r}")
+    return float(value)
+
+
+def create_app(
+    service: Service,
+    *,
+    tokens: Mapping[str, str] | None = None,
+    allow_tenantless: bool = True,
+    live: LiveFeed | None = None,
+    serve: bool = True,
+    keepalive: float = 15.0,
+    poll: float = 0.5,
+) -> FastAPI:
+    """The HTTP API over ``service``, as a FastAPI app.
+
+    ``tokens`` maps bearer tokens to tenant names; without it the app serves one tenant,
+    ``default``, with no auth (refused when ``allow_tenantless`` is False). ``live`` is where
+    the event streams read text deltas from: give the same feed's ``sink`` to the Service
+    as ``live=`` (:func:`live_feed` picks one for a store). While the app runs (its lifespan)
+    it enters the feed and, with ``serve`` and an agent, serves turns too
+    (``service.serving()``). Event streams send a keep-alive comment after ``keepalive``
+    seconds of silence and read the store at most ``poll`` seconds apart.
+    """
+    if not isinstance(service, Service):
+        raise UsageError(f"create_app takes a steerable.service.Service, not {service!r}")
+    checked = check_tokens(tokens, allow_tenantless)
+    feed = LocalLive() if live is None else live
+    if not isinstance(feed, LiveFeed):
+        raise UsageError(f"`live` has no sink, subscribe and running: {live!r}")
+    context = Context(service, feed, _positive(keepalive, "keepalive"), _positive(poll, "poll"))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(feed.running())
+            if serve and service.agent is not None and service.replica is None:
+                await stack.enter_async_context(service.serving())
+            yield
+
+    app = FastAPI(
+        title="steerable",
+        summary="Sessions as queues of turns: send, steer, stop, watch.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.state.live = feed
+    install_handlers(app)
+    add_routes(app, context, bearer=bool(checked))
+    app.add_middleware(BearerGate, tokens=checked)
+    _problem_media_types(app, bearer=bool(checked))
+    return app
+
+
+def _problem_media_types(app: FastAPI, *, bearer: bool) -> None:
+    """The schema says what is sent: errors as problem+json, the bearer scheme if any."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = original()
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                for status, response in operation.get("responses", {}).items():
+                    content = response.get("content", {})
+                    if status[:1] in "45" and "application/json" in content:
+                        content[PROBLEM] = content.pop("application/json")
+        if bearer:
+            components = schema.setdefault("components", {})
+            components.setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http",
+                "scheme": "bearer",
+            }
+            for name, path in schema.get("paths", {}).items():
+                if name.startswith("/v1/"):
+                    for operation in path.values():
+                        operation["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

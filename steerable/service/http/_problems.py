@@ -1,0 +1,216 @@
+"""Errors as ``application/problem+json`` with a stable ``code``, and the bearer-token gate.
+
+Every error the app answers, ours, FastAPI's (validation) and Starlette's (unknown route,
+wrong method), goes through :func:`problem`, so a client reads one shape everywhere:
+``{type, title, status, detail, code}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from steerable.errors import StoreUnavailable, UsageError
+
+__all__ = [
+    "PROBLEM",
+    "BearerGate",
+    "Problem",
+    "ProblemError",
+    "check_tokens",
+    "install_handlers",
+    "problem",
+]
+
+log = logging.getLogger("steerable.service.http")
+
+PROBLEM = "application/problem+json"
+TENANT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+DEFAULT_TENANT = "default"
+
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    500: "internal_error",
+    503: "store_unavailable",
+}
+
+
+class Problem(BaseModel):
+    """An error answer (RFC 9457): ``code`` is stable, ``detail`` is for people."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+
+
+class ProblemError(Exception):
+    """An error answer raised from a route."""
+
+    def __init__(
+        self, status: int, code: str, detail: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+
+def problem(
+    status: int, code: str | None, detail: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The ``application/problem+json`` answer."""
+    code = code or _CODES.get(status, "error")
+    body = {
+        "type": f"https://steerable.dev/problems/{code}",
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}), media_type=PROBLEM)
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    # the messages and where, never the input: it may be huge, or not even printable
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(x) for x in error.get("loc", ()))
+        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts) or "the request is not valid"
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Make every error of ``app`` a problem."""
+
+    async def ours(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ProblemError)
+        return problem(exc.status, exc.code, exc.detail, exc.headers)
+
+    async def validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return problem(422, "invalid_request", _validation_detail(exc))
+
+    async def usage(request: Request, exc: Exception) -> JSONResponse:
+        return problem(422, "invalid_request", str(exc)[:500])
+
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("the store is unavailable: %s", exc)
+        return problem(503, "store_unavailable", "the store is unavailable", {"Retry-After": "1"})
+
+    async def starlette(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else "error"
+        return problem(exc.status_code, None, detail, exc.headers)
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected error on %s", request.url.path, exc_info=exc)
+        return problem(500, "internal_error", "an unexpected error; see the server's log")
+
+    app.add_exception_handler(ProblemError, ours)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(UsageError, usage)
+    app.add_exception_handler(StoreUnavailable, unavailable)
+    app.add_exception_handler(StarletteHTTPException, starlette)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def check_tokens(tokens: Mapping[str, str] | None, allow_tenantless: bool) -> dict[str, str]:
+    """``tokens`` checked (token -> tenant); empty means one tenant and no auth."""
+    if tokens is None:
+        if not allow_tenantless:
+            raise UsageError("no tokens given and allow_tenantless=False: pass tokens={...}")
+        return {}
+    if not isinstance(tokens, Mapping) or not tokens:
+        raise UsageError("tokens map bearer tokens to tenant names: {'token': 'tenant'}")
+    checked: dict[str, str] = {}
+    for token, tenant in tokens.items():
+        if not isinstance(token, str) or not token or not token.isascii() or " " in token:
+            raise UsageError("a token is a non-empty ASCII str without spaces")
+        if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
+            raise UsageError(f"a tenant name matches [A-Za-z0-9_.-]{{1,64}}, not {tenant!r}")
+        checked[token] = tenant
+    return checked
+
+
+class BearerGate:
+    """ASGI middleware: ``/v1/`` needs a known bearer token; sets ``scope['tenant']``.
+
+    A middleware rather than a dependency so a request without a token is 401 before
+    anything else of it is read (its body, its parameters).
+    """
+
+    def __init__(self, app: ASGIApp, tokens: dict[str, str]) -> None:
+        self.app = app
+        self.tokens = [(t.encode("ascii"), tenant) for t, tenant in tokens.items()]
+
+    def tenant_of(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        """The tenant of the request's bearer token, or None."""
+        if not self.tokens:
+            return DEFAULT_TENANT
+        for name, value in headers:
+            if name.lower() == b"authorization":
+                scheme, _, given = value.strip().partition(b" ")
+                if scheme.lower() != b"bearer":
+                    return None
+                found = None
+                for token, tenant in self.tokens:  # every one compared: no early answer
+                    if hmac.compare_digest(token, given.strip()):
+                        found = tenant
+                return found
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        tenant = self.tenant_of(list(scope.get("headers", ())))
+        if tenant is None:
+            answer = problem(
+                401,
+                "unauthorized",
+                "a valid bearer token is needed: Authorization: Bearer TOKEN",
+                {"WWW-Authenticate": 'Bearer realm="steerable"'},
+            )
+            await answer(scope, receive, send)
+            return
+        scope["tenant"] = tenant
+        await self.app(scope, receive, send)
+
+
+def tenant_of(request: Request) -> str:
+    """The tenant :class:`BearerGate` found for ``request``."""
+    tenant: Any = request.scope.get("tenant")
+    assert isinstance(tenant, str), "BearerGate runs before every /v1/ route"
+    return tenant

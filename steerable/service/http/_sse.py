@@ -1,0 +1,103 @@
+"""The event stream of a session, as Server-Sent Events, resumable on any replica.
+
+Durable events come from the store with the ids every replica reads alike, so a client that
+reconnects anywhere with ``Last-Event-ID: n`` gets every event after ``n`` once, in order.
+The stream polls the store for them (backing off while nothing happens, at once again when
+a delta shows a turn is writing) and interleaves the live deltas of :class:`LiveFeed`,
+which carry no id: they are never replayed. A comment line keeps idle connections open.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+from steerable.service import Service
+from steerable.service._service import MAX_PAGE
+from steerable.service.http._live import Delta, LiveFeed
+from steerable.service.http._models import event_out
+from steerable.service_store import ServiceEvent
+
+__all__ = ["delta_frame", "event_frame", "last_event", "stream"]
+
+FIRST_POLL = 0.05
+"""The first pause between two reads of the store once nothing new came; it doubles."""
+
+
+def event_frame(event: ServiceEvent) -> str:
+    """One durable event as an SSE frame (JSON has no raw newline, so one ``data`` line)."""
+    data = event_out(event).model_dump_json()
+    return f"id: {event.id}\nevent: {event.kind}\ndata: {data}\n\n"
+
+
+def delta_frame(delta: Delta) -> str:
+    """A live delta as an SSE frame with no id."""
+    data = json.dumps({"turn": delta.turn, "text": delta.text})
+    return f"event: delta\ndata: {data}\n\n"
+
+
+def refetch_frame(last: int) -> str:
+    """The frame that tells a client its ``Last-Event-ID`` is beyond the session's events.
+
+    It carries ``id: last`` so a browser's EventSource resumes from there after it.
+    """
+    return f"id: {last}\nevent: refetch\ndata: {json.dumps({'last': last})}\n\n"
+
+
+async def last_event(service: Service, session: str) -> int:
+    """The id of the session's last durable event (0 for none), a page at a time."""
+    after = 0
+    while True:
+        page = await service.events(session, after=after, limit=MAX_PAGE)
+        if not page:
+            return after
+        after = page[-1].id
+
+
+async def beyond(service: Service, session: str, after: int) -> bool:
+    """Whether event ``after`` does not exist (ids are 1, 2, ... with no gap)."""
+    return after > 0 and not await service.events(session, after=after - 1, limit=1)
+
+
+async def stream(
+    service: Service,
+    live: LiveFeed,
+    session: str,
+    after: int,
+    *,
+    keepalive: float,
+    poll: float,
+) -> AsyncIterator[str]:
+    """The frames of ``session``'s stream after event ``after``, until the client leaves.
+
+    A store that fails ends the stream (the client reconnects with its ``Last-Event-ID``).
+    """
+    async with live.subscribe(session) as deltas:
+        if await beyond(service, session, after):
+            after = await last_event(service, session)
+            yield refetch_frame(after)
+        pause = FIRST_POLL
+        quiet_since = time.monotonic()
+        while True:
+            events = await service.events(session, after=after, limit=MAX_PAGE)
+            for event in events:
+                yield event_frame(event)
+                after = event.id
+            if events:
+                pause, quiet_since = FIRST_POLL, time.monotonic()
+                if len(events) == MAX_PAGE:
+                    continue
+            deadline = time.monotonic() + pause
+            while (left := deadline - time.monotonic()) > 0:
+                silent = quiet_since + keepalive - time.monotonic()
+                if silent <= 0:
+                    yield ": keep-alive\n\n"
+                    quiet_since = time.monotonic()
+                    continue
+                delta = await deltas.get(min(left, silent))
+                if delta is not None:
+                    yield delta_frame(delta)
+                    quiet_since = time.monotonic()
+                    pause = FIRST_POLL  # a turn is writing: its events come soon
+            pause = min(pause * 2, poll)
