@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
 from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from steerable import codec
@@ -95,12 +96,15 @@ from steerable.service_store import (
     Outcome,
     Renewal,
     ServiceEvent,
+    SessionState,
+    SessionSummary,
     Status,
     TurnView,
     counts_as_step,
     message_event,
     turn_of,
 )
+from steerable.stores._sqlite_service import listing
 from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Staged
@@ -127,6 +131,32 @@ _NEW_SESSION: Doc = {
     "w": False,
     "now": 0,
 }
+
+# A listing's filter on the state, on the service document's fields
+_STATE_FILTER: dict[SessionState | None, Doc] = {
+    None: {},
+    "running": {"run": {"$ne": None}},
+    "queued": {"run": None, "q": {"$gt": 0}},
+    "idle": {"run": None, "q": 0},
+}
+
+
+def listing_filter(prefix: str, after: str | None, state: SessionState | None) -> Doc:
+    """The filter of a listing: a range of ``_id`` (the index every collection has; strings
+    compare by their UTF-8 bytes, so in code-point order), the sessions that had an input,
+    and the state, so the limit counts matching sessions only."""
+    lower, included, upper = listing(prefix, after)
+    ids: Doc = {"$gte" if included else "$gt": lower}
+    if upper is not None:
+        ids["$lt"] = upper
+    return {"_id": ids, "seq": {"$gt": 0}} | _STATE_FILTER[state]
+
+
+def listing_cursor(service: AsyncCollection[Any], query: Doc, limit: int) -> AsyncCursor[Any]:
+    """The find of a listing, on the ``_id`` index by hint: a planner may prefer reading
+    the collection and sorting it (SecantusDB does), which reads every session."""
+    found = service.find(query, {"run": 1, "q": 1, "now": 1}).hint([("_id", 1)])
+    return found.sort("_id", 1).limit(limit)
 
 
 def _conflict(exc: BaseException) -> bool:
@@ -741,5 +771,31 @@ class MongoServiceTables:
             docs = await found.sort("n", 1).limit(limit).to_list(None)
         return [
             ServiceEvent(int(d["n"]), d["k"], d["t"], json.loads(d["d"]), int(d["at"]) / 1000)
+            for d in docs
+        ]
+
+    async def sessions(
+        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
+    ) -> list[SessionSummary]:
+        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``.
+
+        One query on the service documents by ``_id``; ``updated_at`` is their ``now``,
+        the server's clock at the write that appended the last event (every write that
+        appends one sets it, and only those).
+        """
+        if limit <= 0:
+            return []  # (a limit of 0 is no limit to MongoDB)
+        query = listing_filter(prefix, after, state)
+        with reaching(f"list the sessions under {prefix!r}"):
+            await self._check_migrated()
+            docs = await listing_cursor(self._service, query, limit).to_list(None)
+        return [
+            SessionSummary(
+                d["_id"],
+                "running" if d["run"] is not None else "queued" if d["q"] else "idle",
+                d["run"],
+                int(d["q"]),
+                int(d["now"]) / 1000,
+            )
             for d in docs
         ]
