@@ -377,3 +377,28 @@ def message_event(message: Message, position: int) -> dict[str, Any]:
         "role": message.role,
         "steered": message.steered,
     }
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``; None if none is.
+
+    So ``prefix <= id < prefix_end(prefix)`` is "``id`` starts with ``prefix``" as a range
+    of code points, which an index scans. The last code point below U+10FFFF grows by one
+    (the U+10FFFF after it dropped); a surrogate, which no stored id holds, is skipped.
+    """
+    kept = prefix.rstrip("\U0010ffff")
+    if not kept:
+        return None
+    last = ord(kept[-1]) + 1
+    return kept[:-1] + chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)
+
+
+def listing(prefix: str, after: str | None) -> tuple[str, bool, str | None]:
+    """A listing's range of ids: its lower bound, whether that is included, its upper bound.
+
+    The range starts after ``after`` when that is at or above ``prefix`` (keyset paging),
+    else at ``prefix`` itself; it ends below :func:`prefix_end` (None: no end).
+    """
+    if after is not None and after >= prefix:
+        return after, False, prefix_end(prefix)
+    return prefix, True, prefix_end(prefix)

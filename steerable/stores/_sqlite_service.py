@@ -44,11 +44,12 @@ from steerable.service_store import (
     TurnState,
     TurnView,
     counts_as_step,
+    listing,
     message_event,
     turn_of,
 )
 
-__all__ = ["SERVICE_TABLES", "SQLiteServiceTables", "listing", "prefix_end"]
+__all__ = ["SERVICE_TABLES", "SQLiteServiceTables"]
 
 # Version 2 of the file's schema. ``expires`` is 0 whenever nobody holds the session, so
 # "no live lease" is ``expires <= now``; the partial index holds only the sessions with
@@ -141,31 +142,6 @@ _STATE_FILTER: dict[SessionState | None, str] = {
     "queued": " AND s.running IS NULL AND s.queued > 0",
     "idle": " AND s.running IS NULL AND s.queued = 0",
 }
-
-
-def prefix_end(prefix: str) -> str | None:
-    """The least string above every string that starts with ``prefix``; None if none is.
-
-    So ``prefix <= id < prefix_end(prefix)`` is "``id`` starts with ``prefix``" as a range
-    of code points, which an index scans. The last code point below U+10FFFF grows by one
-    (the U+10FFFF after it dropped); a surrogate, which no stored id holds, is skipped.
-    """
-    kept = prefix.rstrip("\U0010ffff")
-    if not kept:
-        return None
-    last = ord(kept[-1]) + 1
-    return kept[:-1] + chr(0xE000 if 0xD800 <= last <= 0xDFFF else last)
-
-
-def listing(prefix: str, after: str | None) -> tuple[str, bool, str | None]:
-    """A listing's range of ids: its lower bound, whether that is included, its upper bound.
-
-    The range starts after ``after`` when that is at or above ``prefix`` (keyset paging),
-    else at ``prefix`` itself; it ends below :func:`prefix_end` (None: no end).
-    """
-    if after is not None and after >= prefix:
-        return after, False, prefix_end(prefix)
-    return prefix, True, prefix_end(prefix)
 
 
 def listing_query(

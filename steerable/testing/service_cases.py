@@ -653,3 +653,14 @@ async def a_listing_pages_after_an_id_and_filters_by_state(store: Both) -> None:
         for s in await store.sessions(prefix=prefix, after=None, limit=10, state="queued")
     ] == ["1", "3", "5"]
     assert await store.sessions(prefix=f"list-{new_id()}/", after=None, limit=10) == []
+
+
+@_case
+async def a_listing_filters_by_state_before_its_limit(store: Both) -> None:
+    """A page of one running session is the first running one, past the idle ones before it."""
+    prefix = f"list-{new_id()}/"
+    for name in ("1", "2", "3"):
+        await store.enqueue(prefix + name, _send("hi"))
+    await _claimed(store, prefix + "3")
+    page = await store.sessions(prefix=prefix, after=None, limit=1, state="running")
+    assert [s.session for s in page] == [prefix + "3"]

@@ -17,6 +17,7 @@ import pytest
 from steerable.errors import UsageError
 from steerable.messages import user
 from steerable.service_store import Input
+from steerable.stores import mysql, postgres
 from steerable.stores.memory import MemoryStore
 from steerable.stores.sqlite import SQLiteStore
 from steerable.stores.url import migrate_url, open_url
@@ -69,7 +70,7 @@ async def test_a_postgres_url_migrates_and_serves() -> None:
     try:
         parts = urlsplit(DSN)
         url = f"postgresql://{parts.netloc}/{name}?pool=2"
-        assert await migrate_url(url) == [1, 2]
+        assert await migrate_url(url) == [m.version for m in postgres.MIGRATIONS]
         assert await migrate_url(url) == []
         await _serves(url)
     finally:
@@ -90,7 +91,7 @@ async def test_a_mysql_url_migrates_and_serves() -> None:
     try:
         auth = mysql_server.USER + (f":{mysql_server.PASSWORD}" if mysql_server.PASSWORD else "")
         url = f"mysql://{auth}@{mysql_server.HOST}:{mysql_server.PORT}/{name}?pool=2"
-        assert await migrate_url(url) == [1, 2]
+        assert await migrate_url(url) == [m.version for m in mysql.MIGRATIONS]
         await _serves(url)
     finally:
         async with admin.cursor() as cursor:

@@ -101,10 +101,10 @@ from steerable.service_store import (
     Status,
     TurnView,
     counts_as_step,
+    listing,
     message_event,
     turn_of,
 )
-from steerable.stores._sqlite_service import listing
 from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Staged

@@ -45,9 +45,9 @@ from steerable.service_store import (
     Status,
     TurnView,
     counts_as_step,
+    listing,
     message_event,
 )
-from steerable.stores._sqlite_service import listing
 from steerable.stores.mysql._driver import (
     ATTEMPTS,
     MAX_AT,

@@ -61,8 +61,8 @@ from steerable.service_store import (
     Status,
     TurnView,
     counts_as_step,
+    listing,
 )
-from steerable.stores._sqlite_service import listing
 from steerable.stores.postgres._translate import translated
 
 if TYPE_CHECKING:
