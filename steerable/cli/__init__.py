@@ -1,28 +1,37 @@
 """The ``steerable`` command. The one place in steerable that starts an event loop.
 
 ``steerable demo`` runs the three-replica example (:mod:`steerable.cli.demo`);
-``steerable chat`` talks to an agent in the terminal (:mod:`steerable.cli.chat`).
+``steerable chat`` talks to an agent in the terminal (:mod:`steerable.cli.chat`);
+``steerable serve`` and ``steerable migrate`` run the service over HTTP and set up its
+database (:mod:`steerable.cli.serve`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from steerable import __doc__ as _about
 from steerable.cli.demo import demo
+from steerable.cli.serve import add_parsers
 
 __all__ = ["main", "parser"]
 
 
 def chat(args: argparse.Namespace) -> int:
-    """Chat with an agent in the terminal on a session in a SQLite file; type to steer it."""
+    """Chat with an agent in the terminal, on a session in a SQLite file or of a service
+    (``--url``); type while it works to steer it."""
     import asyncio
 
-    from steerable.cli.chat import ChatOptions
+    from steerable.cli.chat import ChatOptions, chat_url
     from steerable.cli.chat import chat as run_chat
+
+    if args.url is not None:
+        token = args.token or os.environ.get("STEERABLE_TOKEN")
+        return asyncio.run(chat_url(args.url, args.session, token=token))
 
     options = ChatOptions(
         store=Path(args.store),
@@ -54,6 +63,7 @@ def parser() -> argparse.ArgumentParser:
     run_demo.add_argument("--database", help="the SQLite file to use (default: a temporary one)")
     run_demo.set_defaults(handler=demo)
     _chat_parser(commands)
+    add_parsers(commands)
     return top
 
 
@@ -92,6 +102,13 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--no-stream",
         action="store_true",
         help="ask for whole replies, for servers that cannot stream tool calls",
+    )
+    run_chat.add_argument(
+        "--url",
+        help="chat on a session of a service (steerable serve) instead: http://host:port",
+    )
+    run_chat.add_argument(
+        "--token", help="the service's bearer token, with --url (default: $STEERABLE_TOKEN)"
     )
     run_chat.set_defaults(handler=chat)
 
