@@ -383,10 +383,12 @@ class MySQLServiceTables:
             if name is None:
                 # a session being written to is skipped, not waited for: another claimer
                 # has it, or the poll comes back to it
-                rows = await tx.rows(
-                    f"SELECT session FROM steerable_service WHERE claimable <= {_NOW}"
-                    " ORDER BY claimable LIMIT 1 FOR UPDATE SKIP LOCKED"
-                )
+                scan = f"SELECT session FROM steerable_service WHERE claimable <= {_NOW}"
+                rows = await tx.rows(scan + " ORDER BY claimable LIMIT 1 FOR UPDATE SKIP LOCKED")
+                if not rows:
+                    # SKIP LOCKED also skips a row that a view holds in share mode for a
+                    # moment: a plain read finds it, and the lock below waits for the view
+                    rows = await tx.rows(scan + " ORDER BY claimable LIMIT 1")
                 if not rows:
                     return None
                 name = text_of(rows[0][0])

@@ -112,3 +112,30 @@ async def test_lease_times_do_not_depend_on_the_connection_s_time_zone() -> None
             events = await store.events(sid, after=0, limit=10)
             assert all(abs(e.at - (claim.lease.expires_at - 3600)) < 600 for e in events)
     assert max(expiries) - min(expiries) < 600  # the zones are hours apart
+
+
+async def test_a_scanning_claim_finds_a_session_a_view_holds_in_share_mode(
+    store: MySQLStore, pool: Any
+) -> None:
+    """SKIP LOCKED skips a row a view reads in share mode: the scan must not miss its work."""
+    import asyncio
+
+    sid = "read-while-claimed"
+    await store.enqueue(sid, Input("send", "go"))
+    async with pool.acquire() as reader, reader.cursor() as cursor:
+        await reader.begin()
+        await cursor.execute(
+            "SELECT session FROM steerable_service WHERE session = %s LOCK IN SHARE MODE", (sid,)
+        )
+
+        async def scan() -> list[str]:
+            claimed = []
+            while (claim := await store.claim("a", seconds=60, cap=16)) is not None:
+                claimed.append(claim.lease.session)
+            return claimed
+
+        task = asyncio.create_task(scan())
+        await asyncio.sleep(0.3)
+        await reader.rollback()
+        claimed = await task
+    assert sid in claimed
