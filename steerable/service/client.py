@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -129,6 +129,10 @@ class Event:
     at: float | None = None
 
 
+_TRANSIENT = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+"""Failures a retry may get past: the connection, not the request."""
+
+
 class Client:
     """The service at ``base_url`` (``http://host:port``), for ``async with``.
 
@@ -201,9 +205,11 @@ class Client:
                     headers=headers,
                     timeout=self.timeout if seconds is None else seconds,
                 )
-            except httpx.TransportError as exc:
+            except _TRANSIENT as exc:
                 if attempt >= self.retries:
                     raise ServiceError(None, "unreachable", f"{type(exc).__name__}: {exc}") from exc
+            except httpx.TransportError as exc:  # refused before it was sent: no retry helps
+                raise ServiceError(None, "not_sent", f"{type(exc).__name__}: {exc}") from exc
             else:
                 if response.status_code != 503 or attempt >= self.retries:
                     return _answer(response)
@@ -214,11 +220,13 @@ class Client:
         self, route: str, session: str, text: str, id: str | None
     ) -> dict[str, Any]:
         id = new_id() if id is None else id
+        # The body's id is the input's; the key repeats it where a header can carry it.
+        key = isinstance(id, str) and id.isascii() and id.isprintable() and id.strip() == id
         answer: dict[str, Any] = await self._request(
             "POST",
             f"{_session(session)}/{route}",
             body={"text": text, "id": id},
-            headers={"Idempotency-Key": id},
+            headers={"Idempotency-Key": id} if key else None,
         )
         return answer
 
@@ -284,7 +292,7 @@ class Client:
 
     async def events(
         self, session: str, *, after: int | None = None, read_timeout: float = 45.0
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         """The session's events after the durable id ``after`` (None: from the first), live.
 
         A dropped connection (or no byte for ``read_timeout`` seconds: the server sends a
@@ -306,7 +314,7 @@ class Client:
                             continue  # already yielded: a replay after a reconnect
                         last = event.id
                     yield event
-            except (httpx.TransportError, _Ended):
+            except (*_TRANSIENT, _Ended):
                 pass
             await asyncio.sleep(min(self.backoff * 2**failures, 2.0))
             failures += 1
