@@ -74,6 +74,8 @@ class Context:
             raise ProblemError(
                 422, "invalid_request", "the body's id and the Idempotency-Key differ"
             )
+        if "\x00" in body.text:  # one rule on every store: some cannot hold NUL in text
+            raise ProblemError(422, "invalid_request", "an input's text has no NUL")
         id = body.id if body.id is not None else key
         verb = self.service.send if kind == "send" else self.service.steer
         accepted = await verb(session, body.text, id=id)
