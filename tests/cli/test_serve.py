@@ -34,8 +34,15 @@ pytestmark = pytest.mark.slow
 class Served:
     """One ``steerable serve`` process; its stderr goes to a log file, read for the port."""
 
-    def __init__(self, store: str, *flags: str, log: Path, env: dict[str, str] | None = None):
-        self.log = log
+    def __init__(
+        self,
+        store: str,
+        *flags: str,
+        log: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path = ROOT,
+    ) -> None:
+        self.log, self.cwd = log, cwd
         self.command = [sys.executable, "-m", "steerable.cli", "serve", "--store", store]
         self.command += ["--port", "0", *flags]
         self.env = {**os.environ, **(env or {})}
@@ -51,7 +58,7 @@ class Served:
         """Start it and wait until uvicorn says where it listens."""
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(
-                self.command, cwd=ROOT, env=self.env, stdout=log, stderr=log
+                self.command, cwd=self.cwd, env=self.env, stdout=log, stderr=log
             )
         deadline = time.monotonic() + timeout
         while True:
