@@ -24,7 +24,7 @@ from fastapi import FastAPI
 
 from steerable.service import Service
 from steerable.service.demo import demo_agent
-from steerable.service.http import LocalLive, create_app
+from steerable.service.http import LocalLive, create_app, live_feed
 from steerable.stores.url import open_url
 
 T = TypeVar("T")
@@ -98,6 +98,7 @@ def app_over(
     agent: Any = None,
     tokens: dict[str, str] | None = None,
     serve: bool = True,
+    replica: str | None = None,
     **options: Any,
 ) -> Build:
     """A builder of the app over the store at ``url``, with the demo agent by default."""
@@ -105,13 +106,13 @@ def app_over(
     @asynccontextmanager
     async def build() -> AsyncIterator[FastAPI]:
         async with open_url(url) as store:
-            live = options.pop("live", None) or LocalLive()
+            live = live_feed(store) if url.startswith("postgres") else LocalLive()
             service = Service(
                 store,
                 demo_agent(seconds=0.3) if agent is None else agent,
                 poll=0.05,
                 live=live.sink,
-                replica=options.pop("replica", None),
+                replica=replica,
             )
             yield create_app(service, tokens=tokens, live=live, serve=serve, **options)
 
@@ -182,3 +183,46 @@ async def frames(response: httpx.Response) -> AsyncIterator[Frame]:
                 frame.id = value
             elif name == "data":
                 frame.data = value if not frame.data else frame.data + "\n" + value
+
+
+async def _admin(sql: str) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from tests.stores.postgres.support import DSN
+
+    admin = await asyncpg.connect(DSN, timeout=10)
+    try:
+        await admin.execute(sql)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture
+async def postgres_url() -> AsyncIterator[str]:
+    """A fresh, migrated Postgres database of this test, as a store URL; dropped after."""
+    import secrets
+    from urllib.parse import urlsplit, urlunsplit
+
+    import asyncpg
+
+    from steerable.stores.postgres import migrate
+    from tests.stores.postgres.support import DSN, REQUIRED
+
+    name = f"steerable_http_{secrets.token_hex(6)}"
+    try:
+        await _admin(f'CREATE DATABASE "{name}"')
+        db = await asyncpg.connect(DSN, database=name, timeout=10)
+    except (OSError, asyncpg.PostgresError) as exc:
+        reason = f"Postgres is not usable: {type(exc).__name__}: {exc}"
+        if REQUIRED:
+            pytest.fail(f"{reason} (STEERABLE_REQUIRE_SERVERS=1)", pytrace=False)
+        pytest.skip(reason)
+    try:
+        await migrate(db)
+    finally:
+        await db.close()
+    parts = urlsplit(DSN)
+    try:
+        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "pool=4", ""))
+    finally:
+        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
