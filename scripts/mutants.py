@@ -438,10 +438,12 @@ MUTANTS += [
         "tests/stores/postgres/test_service_contract.py",
     ),
     _m(
-        "postgres-service-no-cap",
+        # (the step's own bound on the cap is a second guard: offers never pass the cap, so
+        # a mutant of it alone is equivalent; the offer is where the cap holds)
+        "postgres-service-no-cap-on-offers",
         _PG_SVC,
-        "least($5::bigint, held.cap - held.steers_taken)",
-        "least($5::bigint, 1000)",
+        "AND run.offered < run.cap",
+        "AND true",
         "tests/stores/postgres/test_service_contract.py",
     ),
     _m(
