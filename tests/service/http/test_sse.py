@@ -159,8 +159,8 @@ async def test_an_idle_stream_gets_keep_alives_and_a_leaving_client_its_subscrip
 
 
 async def test_a_stream_on_one_replica_sees_a_turn_another_runs(
-    serve_app: Callable[[Build], LiveServer], postgres_url: str
-) -> None:
+    postgres_url: str, serve_app: Callable[[Build], LiveServer]
+) -> None:  # the database first: it is dropped after the servers stopped
     """Two apps over one Postgres database: replica 1 serves no turns, replica 2 runs them."""
     one = serve_app(app_over(postgres_url, serve=False, replica="one"))
     two = serve_app(app_over(postgres_url, agent=demo_agent(seconds=0.3), replica="two"))
