@@ -453,7 +453,8 @@ class RemoteConversation:
             page = {"messages": []}
         messages = page.get("messages", [])
         if messages:
-            self.terminal.note(f"resumed: {len(messages)}+ messages so far")
+            more = "+" if page.get("next") else ""
+            self.terminal.note(f"resumed: {len(messages)}{more} messages so far")
         if status is not None and status.get("turn"):
             self.running = status["turn"]["id"]
             self.terminal.working = True
@@ -616,7 +617,7 @@ class RemoteConversation:
         self._hold, self._live, self._held = None, False, []
 
     def _ended(self, turn: str | None, state: str) -> None:
-        if self.terminal._mid_line:
+        if self.terminal.mid_line:
             self.terminal.write("\n")
         label = "" if state == "completed" else f"[{state.replace('_', ' ')}] "
         self.terminal.note(f"  {label}(turn {turn} {state})", dim=state == "completed")
@@ -654,7 +655,7 @@ class RemoteConversation:
             elif kind != "text" or role != "assistant":
                 continue  # a prompt: typed here, or by another client
             elif self._streamed:
-                self.terminal.write("\n" if self.terminal._mid_line else "")
+                self.terminal.write("\n" if self.terminal.mid_line else "")
             elif part.get("text"):
                 self.terminal.write(str(part["text"]) + "\n")
         self._streamed = False

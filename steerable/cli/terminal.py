@@ -42,6 +42,11 @@ class Terminal:
         self._color = out.isatty() and not os.environ.get("NO_COLOR")
         self._echoed = os.isatty(0)  # a terminal shows what is typed, Enter included
 
+    @property
+    def mid_line(self) -> bool:
+        """Whether the cursor is after text on its line (an answer being streamed)."""
+        return self._mid_line
+
     @contextlib.contextmanager
     def reading(self) -> Iterator[None]:
         """Read stdin on a thread, one line at a time, for as long as the chat runs."""

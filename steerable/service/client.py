@@ -316,6 +316,8 @@ class Client:
                     yield event
             except (*_TRANSIENT, _Ended):
                 pass
+            except httpx.TransportError as exc:  # refused before it was sent
+                raise ServiceError(None, "not_sent", f"{type(exc).__name__}: {exc}") from exc
             await asyncio.sleep(min(self.backoff * 2**failures, 2.0))
             failures += 1
 
