@@ -236,6 +236,24 @@ async def test_serve_on_sqlite_answers_a_turn_with_the_demo_agent(
     assert "Application shutdown complete" in server.text()
 
 
+async def test_serve_runs_the_agent_agent_names(tmp_path: Path, served: list[Served]) -> None:
+    server = serve(
+        served,
+        f"sqlite:///{tmp_path / 's.db'}",
+        "--agent",
+        "examples.agents.slow:AGENT",
+        log=tmp_path / "serve.log",
+        env={"STEERABLE_TOOL_SECONDS": "0.05"},
+    )
+    from steerable.service.client import Client
+
+    async with Client(server.url) as client:
+        sent = await client.send("s1", "hello")
+        done = await client.turn("s1", sent.turn, wait=30)
+        assert (done["state"], done["steps"]) == ("completed", 3)  # two tool calls, then this
+        assert done["output"] == "answered: hello"
+
+
 async def test_tokens_make_tenants_and_a_wrong_token_is_refused(
     tmp_path: Path, served: list[Served]
 ) -> None:
