@@ -132,6 +132,8 @@ def install_handlers(app: FastAPI) -> None:
     async def starlette(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         detail = exc.detail if isinstance(exc.detail, str) else "error"
+        if exc.status_code == 400:  # FastAPI's "error parsing the body": bad input like any
+            return problem(422, "invalid_request", detail)
         return problem(exc.status_code, None, detail, exc.headers)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -246,10 +246,19 @@ def _views(app: FastAPI, context: Context) -> None:
         return m.input_out(view)
 
 
+_FRAME = {  # one SSE event (OpenAPI 3.2's itemSchema; also the schema, for 3.1 tools)
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "description": "the kind, or delta, or refetch"},
+        "id": {"type": "string", "description": "the durable event's id (none on a delta)"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "retry": {"type": "integer"},
+    },
+}
 SSE: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Server-Sent Events: durable events (with ids), deltas, keep-alives",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _FRAME, "itemSchema": _FRAME}},
     }
 }
 
