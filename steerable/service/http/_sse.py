@@ -89,6 +89,7 @@ async def stream(
                 if len(events) == MAX_PAGE:
                     continue
             deadline = time.monotonic() + pause
+            caught_up = False
             while (left := deadline - time.monotonic()) > 0:
                 silent = quiet_since + keepalive - time.monotonic()
                 if silent <= 0:
@@ -97,6 +98,13 @@ async def stream(
                     continue
                 delta = await deltas.get(min(left, silent))
                 if delta is not None:
+                    if not caught_up:
+                        # the first delta of a reply follows what its step stored (the tool
+                        # results, the steers taken): send those first, in their order
+                        for event in await service.events(session, after=after, limit=MAX_PAGE):
+                            yield event_frame(event)
+                            after = event.id
+                        caught_up = True
                     yield delta_frame(delta)
                     quiet_since = time.monotonic()
                     pause = FIRST_POLL  # a turn is writing: its events come soon

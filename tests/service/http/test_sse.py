@@ -213,3 +213,21 @@ async def _listening(app: Any, server: LiveServer) -> None:
         return False
 
     assert await asyncio.to_thread(server.call, ready)
+
+
+async def test_a_reply_s_deltas_come_after_the_events_its_step_stored(
+    client: httpx.AsyncClient,
+) -> None:
+    """The answer's deltas follow the tool result's ``message`` and its ``step`` event."""
+    await client.post("/v1/sessions/s/messages", json={"text": "first", "id": "a"})
+    await ended(client, "s", "a")
+    for turn in ("b", "c", "d"):
+
+        async def send(turn: str = turn) -> None:
+            await client.post("/v1/sessions/s/messages", json={"text": turn, "id": turn})
+
+        seen = await read_until(client, "s", ended_turn(turn), then=send)
+        mine = [f for f in seen if f.data and f.json().get("turn") == turn]
+        first_delta = next(i for i, f in enumerate(mine) if f.event == "delta")
+        steps = [i for i, f in enumerate(mine) if f.event == "step"]
+        assert len(steps) == 2 and steps[-1] < first_delta, [f.event for f in mine]
