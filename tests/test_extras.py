@@ -18,6 +18,8 @@ EXTRAS = {  # package: (extra, the top-level modules it needs)
     "steerable.stores.mongodb": ("mongodb", ("pymongo", "bson")),
     "steerable.models.openai": ("openai", ("openai",)),
     "steerable.models.anthropic": ("anthropic", ("anthropic",)),
+    "steerable.service.http": ("serve", ("fastapi", "starlette")),
+    "steerable.service.client": ("serve", ("httpx",)),
 }
 
 
@@ -39,10 +41,11 @@ def test_without_its_driver_the_import_names_the_extra(package: str) -> None:
 
 
 def test_the_core_and_the_suite_load_no_driver_and_no_sdk() -> None:
-    drivers = sorted(m for _, modules in EXTRAS.values() for m in modules)
+    drivers = sorted({m for _, modules in EXTRAS.values() for m in modules} | {"uvicorn"})
     run = _python(
         "import sys, steerable, steerable.store, steerable.stores, steerable.stores.memory,"
-        " steerable.stores.sqlite, steerable.testing\n"
+        " steerable.stores.sqlite, steerable.testing, steerable.service, steerable.stores.url,"
+        " steerable.cli\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {drivers!r}))"
     )
     assert run.stdout.strip() == "[]", run.stderr
