@@ -11,16 +11,21 @@ from fastapi import FastAPI
 
 from steerable.errors import UsageError
 from steerable.service import Service
+from steerable.service._service import MAX_TEXT
 from steerable.service.http._live import LiveFeed, LocalLive
 from steerable.service.http._problems import (
     PROBLEM,
     BearerGate,
+    BodyLimit,
     check_tokens,
     install_handlers,
 )
 from steerable.service.http._routes import Context, add_routes
 
-__all__ = ["create_app", "live_feed"]
+__all__ = ["MAX_BODY", "create_app", "live_feed"]
+
+MAX_BODY = MAX_TEXT + 100_000
+"""The default bound of a request body: the longest text, escaped a little, and the rest."""
 
 
 def live_feed(store: object) -> LiveFeed:
@@ -50,6 +55,7 @@ def create_app(
     serve: bool = True,
     keepalive: float = 15.0,
     poll: float = 0.5,
+    max_body: int = MAX_BODY,
 ) -> FastAPI:
     """The HTTP API over ``service``, as a FastAPI app.
 
@@ -59,7 +65,8 @@ def create_app(
     as ``live=`` (:func:`live_feed` picks one for a store). While the app runs (its lifespan)
     it enters the feed and, with ``serve`` and an agent, serves turns too
     (``service.serving()``). Event streams send a keep-alive comment after ``keepalive``
-    seconds of silence and read the store at most ``poll`` seconds apart.
+    seconds of silence and read the store at most ``poll`` seconds apart. A request body
+    over ``max_body`` bytes is 413 ``too_large``, refused before the rest of it is read.
     """
     if not isinstance(service, Service):
         raise UsageError(f"create_app takes a steerable.service.Service, not {service!r}")
@@ -67,6 +74,8 @@ def create_app(
     feed = LocalLive() if live is None else live
     if not isinstance(feed, LiveFeed):
         raise UsageError(f"`live` has no sink, subscribe and running: {live!r}")
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
+        raise UsageError(f"`max_body` is a number of bytes > 0, not {max_body!r}")
     context = Context(service, feed, _positive(keepalive, "keepalive"), _positive(poll, "poll"))
 
     @asynccontextmanager
@@ -87,6 +96,7 @@ def create_app(
     app.state.live = feed
     install_handlers(app)
     add_routes(app, context, bearer=bool(checked))
+    app.add_middleware(BodyLimit, max_body=max_body)  # inside the gate: 401 comes first
     app.add_middleware(BearerGate, tokens=checked)
     _problem_media_types(app, bearer=bool(checked))
     return app

@@ -18,13 +18,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from steerable.errors import StoreUnavailable, UsageError
 
 __all__ = [
     "PROBLEM",
     "BearerGate",
+    "BodyLimit",
     "Problem",
     "ProblemError",
     "check_tokens",
@@ -209,6 +210,63 @@ class BearerGate:
             return
         scope["tenant"] = tenant
         await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_body`` bytes is 413 ``too_large``.
+
+    By its Content-Length, before any of it is read; without one (chunked), by counting
+    what arrives, buffered up to the bound (so at most ``max_body`` bytes are held) and
+    replayed to the app once the body ended. The rest of an oversized body is never read.
+    """
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = None
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"content-length":
+                length = value.strip()
+        if length is not None:
+            # the server reads no more than the Content-Length says (a bad one is its 400)
+            if length.isdigit() and int(length) > self.max_body:
+                await self.too_large(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        buffered: list[Message] = []
+        total = 0
+        while True:
+            message = await receive()
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break  # the client left: the app sees it
+            total += len(message.get("body", b""))
+            if total > self.max_body:
+                await self.too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The 413; the connection is closed, as the rest of the body is not read."""
+        answer = problem(
+            413,
+            "too_large",
+            f"a request body has at most {self.max_body} bytes",
+            {"Connection": "close"},
+        )
+        await answer(scope, receive, send)
 
 
 def tenant_of(request: Request) -> str:

@@ -121,7 +121,7 @@ def _inputs(app: FastAPI, context: Context) -> None:
         "/v1/sessions/{sid}/messages",
         status_code=202,
         response_model=m.Sent,
-        responses=_problems(409),
+        responses=_problems(409, 413),
         tags=["inputs"],
     )
     async def send(request: Request, sid: Sid, body: m.SendBody, key: Key = None) -> m.Sent:
@@ -134,7 +134,7 @@ def _inputs(app: FastAPI, context: Context) -> None:
         "/v1/sessions/{sid}/steers",
         status_code=202,
         response_model=m.Steered,
-        responses=_problems(409),
+        responses=_problems(409, 413),
         tags=["inputs"],
     )
     async def steer(request: Request, sid: Sid, body: m.SteerBody, key: Key = None) -> m.Steered:
@@ -146,7 +146,7 @@ def _inputs(app: FastAPI, context: Context) -> None:
         "/v1/sessions/{sid}/stop",
         status_code=202,
         response_model=m.Stopped,
-        responses=_problems(404),
+        responses=_problems(404, 413),
         tags=["inputs"],
     )
     async def stop(

@@ -7,9 +7,10 @@ problem body, never 5xx), readiness, and the OpenAPI schema.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ import pytest
 
 from steerable.errors import StoreUnavailable
 from steerable.service import Service
+from steerable.service._service import MAX_TEXT
 from steerable.service.demo import demo_agent
 from steerable.service.http import create_app
 from steerable.service_store import Status
@@ -307,6 +309,94 @@ async def test_unknown_fields_are_ignored(client: httpx.AsyncClient) -> None:
     assert answer.json()["id"] == "u"
 
 
+# -- the body's bound ------------------------------------------------------------------------
+
+
+async def raw(url: str, request: bytes) -> tuple[int, dict[str, str], Any]:
+    """Write ``request`` as is, read the answer to the end: status, headers, JSON body."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(request)
+        await writer.drain()
+        answer = await reader.read()  # the server closes: it will not read the rest
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, json.loads(body)
+
+
+def is_too_large(status: int, headers: dict[str, str], body: Any) -> None:
+    """A 413 ``too_large`` problem that closes the connection."""
+    assert status == 413, body
+    assert headers["content-type"] == PROBLEM
+    assert headers["connection"] == "close"
+    assert body["code"] == "too_large" and body["status"] == 413
+
+
+POST = b"POST /v1/sessions/s/messages HTTP/1.1\r\nHost: api\r\nContent-Type: application/json\r\n"
+
+
+async def test_a_body_over_the_bound_by_its_length_is_413_unread(
+    serve_app: Callable[[Build], LiveServer], store_url: str
+) -> None:
+    server = serve_app(app_over(store_url))
+    # 300 MB announced, not one byte sent: the answer comes without reading any
+    request = POST + b"Content-Length: 300000000\r\n\r\n"
+    is_too_large(*await raw(server.url, request))
+
+
+async def test_a_chunked_body_over_the_bound_is_413_unfinished(
+    serve_app: Callable[[Build], LiveServer], store_url: str
+) -> None:
+    server = serve_app(app_over(store_url, max_body=1000))
+    chunk = b"12c\r\n" + b" " * 300 + b"\r\n"  # 0x12c = 300 bytes, four of them: 1200
+    request = POST + b"Transfer-Encoding: chunked\r\n\r\n" + chunk * 4  # and never the end
+    is_too_large(*await raw(server.url, request))
+
+
+def padded(size: int) -> bytes:
+    """A send's JSON body of exactly ``size`` bytes."""
+    body = json.dumps({"text": "hi"}).encode()
+    return body[:-1] + b" " * (size - len(body)) + b"}"
+
+
+async def test_a_body_within_the_bound_is_handled(
+    serve_app: Callable[[Build], LiveServer], store_url: str
+) -> None:
+    server = serve_app(app_over(store_url, max_body=1000))
+    headers = {"Content-Type": "application/json"}
+
+    async def chunks(body: bytes) -> AsyncIterator[bytes]:
+        for at in range(0, len(body), 300):
+            yield body[at : at + 300]
+
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        url = "/v1/sessions/s/messages"
+        fits = await http.post(url, content=padded(1000), headers=headers)
+        assert fits.status_code == 202, fits.text
+        chunked = await http.post(url, content=chunks(padded(1000)), headers=headers)
+        assert chunked.status_code == 202, chunked.text
+        assert "content-length" not in chunked.request.headers
+        over = await http.post(url, content=padded(1001), headers=headers)
+        is_problem(over, 413, "too_large")
+        over = await http.post(url, content=chunks(padded(1001)), headers=headers)
+        is_problem(over, 413, "too_large")
+        assert (await http.get("/v1/sessions/s")).status_code == 200  # no body, no bound
+
+
+async def test_the_default_bound_takes_the_longest_text(
+    serve_app: Callable[[Build], LiveServer], store_url: str
+) -> None:
+    server = serve_app(app_over(store_url, agent=demo_agent(seconds=0), serve=False))
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        answer = await http.post("/v1/sessions/s/messages", json={"text": "é" * (MAX_TEXT // 2)})
+        assert answer.status_code == 202, answer.text
+
+
 # -- health, readiness, the schema --------------------------------------------------------------
 
 
@@ -362,6 +452,8 @@ async def test_the_schema_describes_every_route_its_problems_and_the_stream() ->
             if name.startswith("/v1/"):
                 assert {"401", "422"} <= set(operation["responses"]), name
                 assert operation["security"] == [{"bearer": []}]
+            if "post" in path:
+                assert "413" in path["post"]["responses"], name
     events = paths["/v1/sessions/{sid}/events"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in events
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
