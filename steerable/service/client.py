@@ -40,7 +40,7 @@ from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import quote
 
-from steerable.errors import SteerableError
+from steerable.errors import SteerableError, UsageError
 from steerable.messages import new_id
 
 try:
@@ -52,6 +52,8 @@ except ImportError as exc:  # pragma: no cover - the extra's own message
 
 __all__ = [
     "Client",
+    "check_session",
+    "check_token",
     "Conflict",
     "Event",
     "NotFound",
@@ -154,7 +156,7 @@ class Client:
     ) -> None:
         if type(retries) is not int or retries < 0:
             raise ValueError(f"retries is an int >= 0, not {retries!r}")
-        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        headers = {"Authorization": f"Bearer {check_token(token)}"} if token is not None else {}
         self.retries = retries
         self.timeout = timeout
         self.backoff = backoff
@@ -394,8 +396,36 @@ def _event(fields: dict[str, str]) -> Event | None:
     return Event(kind, id, data.get("turn"), data)
 
 
+def check_token(token: object) -> str:
+    """``token`` if it can be a bearer token: printable ASCII without spaces, else UsageError.
+
+    The one rule of a token, for the client and for ``steerable serve --tokens``: an HTTP
+    header carries ASCII only, and a space would end the token.
+    """
+    if not isinstance(token, str) or not token or not _printable_ascii(token) or " " in token:
+        raise UsageError("a token is printable ASCII text without spaces")
+    return token
+
+
+def _printable_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def check_session(session: object) -> str:
+    """``session`` if the API can route it, else UsageError.
+
+    A ``/`` (quoted or not: proxies and routers decode it) or a dot path (``.``, ``..``)
+    never reaches the session's routes.
+    """
+    if not isinstance(session, str) or not session or "/" in session or session in (".", ".."):
+        raise UsageError(
+            f"a session id is a non-empty text without '/' and not '.' or '..', not {session!r:.80}"
+        )
+    return session
+
+
 def _session(session: str) -> str:
-    return f"/v1/sessions/{quote(session, safe='')}"
+    return f"/v1/sessions/{quote(check_session(session), safe='')}"
 
 
 def _answer(response: httpx.Response) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from steerable.errors import UsageError
 from steerable.service.client import (
     Client,
     Conflict,
@@ -217,3 +218,18 @@ async def test_a_stream_resumed_beyond_the_last_event_is_told_to_refetch(server:
             await client.send("s5", "again", id="r2")
             following = await anext(stream)
         assert (following.id, following.kind, following.data["id"]) == (last + 1, "input", "r2")
+
+
+@pytest.mark.parametrize("token", ["t\u00e9", "a b", "", "tab\there"])
+def test_a_token_no_header_can_carry_is_a_usage_error(token: str) -> None:
+    with pytest.raises(UsageError, match="printable ASCII"):
+        Client("http://127.0.0.1:9", token=token)
+
+
+@pytest.mark.parametrize("session", ["a/b", ".", "..", ""])
+async def test_a_session_id_the_api_cannot_route_is_a_usage_error(session: str) -> None:
+    async with Client("http://127.0.0.1:9") as client:
+        with pytest.raises(UsageError, match="a session id is"):
+            await client.status(session)
+        with pytest.raises(UsageError, match="a session id is"):
+            await client.send(session, "hello")
