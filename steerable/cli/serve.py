@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import ipaddress
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ServeOptions", "add_parsers", "load_agent", "load_tokens", "migrate", "serve"]
 
-TENANT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_AGENT = "steerable.service.demo:demo_agent"
 
 
@@ -86,10 +84,16 @@ def load_tokens(path: str) -> dict[str, str]:
 
 
 def _checked_tokens(path: str, pairs: list[tuple[object, object]]) -> dict[str, str]:
+    # The rules of the service and its client, so a token taken here is one they take.
+    from steerable.service.client import check_token
+    from steerable.service.http._problems import TENANT
+
     tokens: dict[str, str] = {}
     for token, tenant in pairs:
-        if not isinstance(token, str) or not token or not token.isprintable() or " " in token:
-            raise UsageError(f"--tokens {path}: a token is printable text without spaces")
+        try:
+            token = check_token(token)
+        except UsageError as exc:
+            raise UsageError(f"--tokens {path}: {exc}") from None
         if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
             raise UsageError(
                 f"--tokens {path}: a tenant is 1-64 of A-Z a-z 0-9 _ . -, not {tenant!r:.80}"
@@ -117,8 +121,10 @@ def load_agent(spec: str) -> Agent:
         )
     try:
         module = _import(where)
-    except (ImportError, OSError) as exc:
-        raise UsageError(f"--agent {spec}: cannot import {where!r}: {exc}") from None
+    except Exception as exc:  # the user's module: what it raised, in one line
+        raise UsageError(
+            f"--agent {spec}: cannot import {where!r}: {type(exc).__name__}: {exc}"
+        ) from None
     try:
         value: Any = getattr(module, name)
     except AttributeError:
@@ -175,16 +181,16 @@ def _options(args: argparse.Namespace) -> ServeOptions:
 
 def serve(args: argparse.Namespace) -> int:
     """Serve turns and the HTTP API over the store ``--store`` names, until interrupted."""
-    try:
-        options = _options(args)
-    except UsageError as exc:
-        return _fail("serve", str(exc))
-    try:
+    try:  # first: the tokens' rules are the service's own
         import uvicorn
 
         import steerable.service.http  # noqa: F401 - a missing extra is told here
     except ImportError as exc:
         return _fail("serve", f"{exc} (pip install 'steerable[serve]')")
+    try:
+        options = _options(args)
+    except UsageError as exc:
+        return _fail("serve", str(exc))
     try:
         return asyncio.run(_serve(options, uvicorn))
     except KeyboardInterrupt:

@@ -327,3 +327,29 @@ def test_an_unreachable_database_is_one_line_and_status_1(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        ("def broken(:\n", "SyntaxError"),
+        ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
+    ],
+)
+def test_an_agent_module_that_fails_to_import_is_one_line_and_status_2(
+    source: str, says: str, tmp_path: Path
+) -> None:
+    module = tmp_path / "agent.py"
+    module.write_text(source)
+    done = cli("serve", "--store", "sqlite:///x.db", "--agent", f"{module}:AGENT")
+    assert done.returncode == 2, done.stderr
+    assert "cannot import" in done.stderr and says in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_token_the_client_cannot_send_is_refused_in_the_tokens_file(tmp_path: Path) -> None:
+    bad = tmp_path / "tokens"
+    bad.write_text("t\u00e9 acme\n")
+    with pytest.raises(UsageError, match="printable ASCII"):
+        load_tokens(str(bad))
