@@ -94,8 +94,10 @@ def load_tools(spec: str) -> list[Tool | ToolFunction]:
         )
     try:
         module = _import(where)
-    except (ImportError, OSError) as exc:
-        raise UsageError(f"--tools {spec}: cannot import {where!r}: {exc}") from exc
+    except Exception as exc:  # the user's module: what it raised, in one line
+        raise UsageError(
+            f"--tools {spec}: cannot import {where!r}: {type(exc).__name__}: {exc}"
+        ) from None
     try:
         value = getattr(module, name)
     except AttributeError:
@@ -402,25 +404,31 @@ async def chat_url(
     The status is 0, 1 when the last turn of ours failed, 2 when the service cannot be
     reached or refuses the token.
     """
-    from steerable.service.client import Client, NotFound, ServiceError
+    from steerable.service.client import Client, ServiceError, check_session
 
+    try:
+        check_session(session)
+        client = Client(url, token=token, retries=5)  # a token it cannot send: UsageError
+    except UsageError as exc:
+        print(f"steerable chat: {exc}", file=sys.stderr)
+        return 2
     tty = out is None and sys.stdin.isatty() and sys.stdout.isatty()
     tty = tty and importlib.util.find_spec("prompt_toolkit") is not None
     terminal = PromptTerminal(out or sys.stdout) if tty else Terminal(out or sys.stdout)
-    async with Client(url, token=token, retries=5) as client:
+    async with client:
+        remote = RemoteConversation(client, session, terminal)
         try:
-            status: dict[str, Any] | None = await client.status(session)
-        except NotFound:
-            status = None
+            opening = await remote.opening()
         except ServiceError as exc:
             print(f"steerable chat: {url}: {exc}", file=sys.stderr)
             return 2
-        remote = RemoteConversation(client, session, terminal)
         terminal.note(f"steerable chat: session {session!r} at {url}")
         terminal.note("Type while the agent works to steer it; /help for the commands.")
-        await remote.greet(status)
+        remote.greet(*opening)
         with terminal.reading():
             await remote.main()
+    if remote.refused:
+        return 2
     return 1 if remote.last_state == "failed" else 0
 
 
@@ -442,15 +450,29 @@ class RemoteConversation:
         self._hold: asyncio.TimerHandle | None = None
         self._live = False  # the reply's first deltas were shown: show the rest at once
         self._after: int | None = None
+        self.refused = False  # the service refused the token mid-chat: leave with status 2
 
-    async def greet(self, status: dict[str, Any] | None) -> None:
-        """Say how far the session got, and where its events start."""
+    async def opening(self) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Where the events start, then the status and the transcript (ServiceError).
+
+        The last event first: one stored while the views are read is then followed, not
+        lost between them (shown twice at worst).
+        """
         from steerable.service.client import NotFound
 
+        self._after = await self._last_event()
         try:
-            page = await self.client.transcript(self.session, limit=1000)
+            status: dict[str, Any] | None = await self.client.status(self.session)
+        except NotFound:
+            status = None
+        try:
+            page: dict[str, Any] = await self.client.transcript(self.session, limit=1000)
         except NotFound:
             page = {"messages": []}
+        return status, page
+
+    def greet(self, status: dict[str, Any] | None, page: dict[str, Any]) -> None:
+        """Say how far the session got (what :meth:`opening` read)."""
         messages = page.get("messages", [])
         if messages:
             more = "+" if page.get("next") else ""
@@ -459,7 +481,6 @@ class RemoteConversation:
             self.running = status["turn"]["id"]
             self.terminal.working = True
             self.terminal.note(f"  a turn is running: {self.running}")
-        self._after = await self._last_event()
 
     async def _last_event(self) -> int:
         """The session's last durable event id, so the stream starts after it (0: new)."""
@@ -531,30 +552,44 @@ class RemoteConversation:
 
     async def _send(self, text: str) -> None:
         from steerable.messages import new_id
+        from steerable.service.client import ServiceError
 
         id = new_id()
         self._mine(id)
         self.terminal.working = True
-        await self.client.send(self.session, text, id=id)
+        try:
+            await self.client.send(self.session, text, id=id)
+        except ServiceError:  # not sent: nothing to wait for (the end of input would hang)
+            self._answered(id)
+            self.terminal.working = self.running is not None or bool(self.pending)
+            raise
 
     async def _steer(self, text: str) -> None:
         from steerable.messages import new_id
+        from steerable.service.client import ServiceError
 
         id = new_id()
         self.steers[id] = text
         self._mine(id)
-        steered = await self.client.steer(self.session, text, id=id)
+        try:
+            steered = await self.client.steer(self.session, text, id=id)
+        except ServiceError:
+            self._answered(id)
+            self.steers.pop(id, None)
+            raise
         if steered.turn is not None:
             self.terminal.note(f"  [steer sent] offered to turn {steered.turn}, at its next step")
         else:
             self.terminal.note("  [steer sent] no step ahead: it becomes a turn of its own")
 
     async def _follow(self) -> None:
-        from steerable.service.client import NotFound
+        from steerable.service.client import NotFound, ServiceError, Unauthorized
 
+        failures = 0
         while True:
             try:
                 async for event in self.client.events(self.session, after=self._after):
+                    failures = 0
                     if event.id is not None:
                         self._after = event.id
                     try:
@@ -563,6 +598,16 @@ class RemoteConversation:
                         self.terminal.note(f"  [error] {type(exc).__name__}: {exc}", dim=False)
             except NotFound:  # no input yet: the session begins with our first
                 await asyncio.sleep(0.1)
+            except Unauthorized as exc:  # no retry gets past a refused token
+                self.terminal.note(f"  [error] {exc}", dim=False)
+                self.refused = True
+                self.answered.set()  # nothing more will be answered to us
+                self.terminal.lines.put_nowait("/quit")
+                return
+            except ServiceError as exc:  # said, then tried again, less often each time
+                self.terminal.note(f"  [error] {exc}; following again", dim=False)
+                await asyncio.sleep(min(0.5 * 2**failures, 10.0))
+                failures += 1
 
     async def _event(self, event: Any) -> None:
         note, data = self.terminal.note, event.data

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +31,11 @@ from steerable import Spec, Tool, tool
 from steerable.service import ReActAgent
 from steerable.service.demo import DemoModel
 from tests.cli.test_chat_terminal import Terminal
-from tests.cli.test_serve import Served
+from tests.cli.test_serve import ROOT, Served
 from tests.stores.relay import Relay
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
-]
+pytestmark = pytest.mark.slow
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
 
 def _note_call(calls: Path, step: int) -> None:
@@ -145,6 +146,7 @@ async def _transcript(url: str, session: str) -> list[dict[str, Any]]:
         return messages
 
 
+@needs_tmux
 def test_a_steer_typed_during_a_tool_call_is_taken_at_the_next_step_on_three_replicas(
     terminal: Terminal, replicas: list[Served], tmp_path: Path
 ) -> None:
@@ -190,3 +192,119 @@ def test_a_steer_typed_during_a_tool_call_is_taken_at_the_next_step_on_three_rep
     assert messages[3]["parts"][0]["text"] == "also check the tests"
     # The balancer spread the chat's connections: more than one replica answered it.
     assert sum("/v1/sessions/s1" in r.text() for r in replicas) >= 2
+
+
+# -- a service that fails: one line, and the chat still ends ---------------------------------
+
+
+class Failing(BaseHTTPRequestHandler):
+    """A service with no session yet whose ``fail`` routes answer a 500 problem.
+
+    ``refuse`` makes the event stream (not the client's ask for the last event, an id far
+    beyond) a 401, and a POST accepted.
+    """
+
+    fail: tuple[str, ...] = ()
+    refuse = False
+
+    def do_GET(self) -> None:
+        following = int(self.headers.get("Last-Event-ID") or 0) < 2**40
+        if self.path.endswith("/events") and following and self.refuse:
+            self._answer("events", 401, "unauthorized")
+        else:
+            self._answer("events" if self.path.endswith("/events") else "read")
+
+    def do_POST(self) -> None:
+        sent = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        if self.refuse:
+            self._answer("post", 200, "", {"id": sent["id"], "turn": sent["id"], "state": "queued"})
+        else:
+            self._answer("post")
+
+    def _answer(self, route: str, status: int = 0, code: str = "", body: object = None) -> None:
+        if not status:
+            failed = route in self.fail
+            status, code = (500, "internal_error") if failed else (404, "session_not_found")
+        problem = {"status": status, "code": code, "detail": f"{route} failed"}
+        data = json.dumps(problem if body is None else body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/problem+json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def failing(*routes: str, refuse: bool = False) -> Iterator[str]:
+    """The URL of a :class:`Failing` service failing ``routes``, for the block."""
+    handler = type("Handler", (Failing,), {"fail": routes, "refuse": refuse})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def chat(*flags: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``steerable chat --url ...`` with piped input, run to its end."""
+    env = {k: v for k, v in os.environ.items() if k != "STEERABLE_TOKEN"}
+    return subprocess.run(
+        [sys.executable, "-m", "steerable.cli", "chat", *flags],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_a_send_that_fails_is_said_and_the_end_of_input_still_ends_the_chat() -> None:
+    with failing("post") as url:
+        done = chat("--url", url, "--session", "s1", stdin="hi\n/queue later\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("[error] HTTP 500 internal_error: post failed") == 2
+    assert "Traceback" not in done.stderr
+
+
+def test_a_stream_refusing_the_token_is_said_and_ends_the_chat_with_status_2() -> None:
+    with failing(refuse=True) as url:  # the send is taken; its turn is never told
+        done = chat("--url", url, "--session", "s1", stdin="hi\n")
+    assert done.returncode == 2, done.stderr
+    assert "[error] HTTP 401 unauthorized: events failed" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (("--token", "t\u00e9"), "a token is printable ASCII"),
+        (("--token", "a b"), "a token is printable ASCII"),
+        (("--session", "a/b"), "a session id is"),
+        (("--session", ".."), "a session id is"),
+    ],
+)
+def test_a_token_or_session_the_api_cannot_carry_is_one_line_and_status_2(
+    flags: tuple[str, ...], says: str
+) -> None:
+    with failing() as url:
+        done = chat("--url", url, "--session", "s1", *flags)
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_service_that_fails_at_the_start_is_one_line_and_status_2() -> None:
+    with failing("read") as url:
+        done = chat("--url", url, "--session", "s1", stdin="hi\n")
+    assert done.returncode == 2, done.stderr
+    assert "HTTP 500 internal_error: read failed" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
