@@ -195,7 +195,7 @@ class BearerGate:
         return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not _app_path(scope).startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         tenant = self.tenant_of(list(scope.get("headers", ())))
@@ -210,6 +210,16 @@ class BearerGate:
             return
         scope["tenant"] = tenant
         await self.app(scope, receive, send)
+
+
+def _app_path(scope: Scope) -> str:
+    """The path inside this app: under a mount (``app.mount("/api", ...)``) or a proxy's
+    root path, ``scope["path"]`` starts with ``scope["root_path"]``."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :]
+    return path
 
 
 class BodyLimit:

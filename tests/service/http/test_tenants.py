@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from steerable.errors import UsageError
 from steerable.service import Service
@@ -139,3 +141,35 @@ def test_bad_tokens_are_refused_at_creation(tokens: Any) -> None:
 def test_no_tokens_needs_tenantless_allowed() -> None:
     with pytest.raises(UsageError, match="allow_tenantless"):
         create_app(Service(MemoryStore()), allow_tenantless=False)
+
+
+async def test_a_mounted_app_gates_and_serves_its_routes(
+    serve_app: Callable[[Build], LiveServer], store_url: str
+) -> None:
+    inner = app_over(store_url, tokens=TOKENS)
+
+    @asynccontextmanager
+    async def build() -> AsyncIterator[FastAPI]:
+        async with inner() as sub:
+
+            @asynccontextmanager
+            async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+                async with sub.router.lifespan_context(sub):  # a mount runs no lifespan
+                    yield
+
+            parent = FastAPI(lifespan=lifespan)
+            parent.mount("/api", sub)
+            yield parent
+
+    server = serve_app(build)
+    async with httpx.AsyncClient(base_url=f"{server.url}/api", timeout=30) as http:
+        sent = await http.post("/v1/sessions/s/messages", json={"text": "x", "id": "s"}, headers=A)
+        assert sent.status_code == 202, sent.text
+        http.headers.update(A)
+        assert (await ended(http, "s", "s"))["state"] == "completed"
+        status = await http.get("/v1/sessions/s")
+        assert status.status_code == 200 and status.json()["session"] == "s"
+        http.headers.pop("Authorization")
+        is_problem(await http.get("/v1/sessions/s"), 401, "unauthorized")
+        is_problem(await http.get("/v1/sessions/s", headers=B), 404, "session_not_found")
+        assert (await http.get("/healthz")).status_code == 200
