@@ -22,8 +22,10 @@ MAX_AFTER = 2**62
 MAX_WAIT = 60.0
 
 
-def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {s: {"model": Problem, "description": "a problem"} for s in (401, 422, 503, *statuses)}
+def _problems(bearer: bool, *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The problems a route documents: 401 only when the app has tokens."""
+    listed = (*((401,) if bearer else ()), 422, 503, *statuses)
+    return {s: {"model": Problem, "description": "a problem"} for s in listed}
 
 
 Sid = Annotated[str, Path(min_length=1, max_length=MAX_ID, description="the session's id")]
@@ -91,9 +93,10 @@ class Context:
 def add_routes(app: FastAPI, context: Context, *, bearer: bool) -> None:
     """Every route of the API on ``app``."""
     _health(app, context)
-    _inputs(app, context)
-    _views(app, context)
-    _events(app, context)
+    _inputs(app, context, bearer)
+    _sessions(app, context, bearer)
+    _history(app, context, bearer)
+    _events(app, context, bearer)
 
 
 def _health(app: FastAPI, context: Context) -> None:
@@ -114,14 +117,14 @@ def _health(app: FastAPI, context: Context) -> None:
         return {"status": "ok"}
 
 
-def _inputs(app: FastAPI, context: Context) -> None:
+def _inputs(app: FastAPI, context: Context, bearer: bool) -> None:
     service = context.service
 
     @app.post(
         "/v1/sessions/{sid}/messages",
         status_code=202,
         response_model=m.Sent,
-        responses=_problems(409, 413),
+        responses=_problems(bearer, 409, 413),
         tags=["inputs"],
     )
     async def send(request: Request, sid: Sid, body: m.SendBody, key: Key = None) -> m.Sent:
@@ -134,7 +137,7 @@ def _inputs(app: FastAPI, context: Context) -> None:
         "/v1/sessions/{sid}/steers",
         status_code=202,
         response_model=m.Steered,
-        responses=_problems(409, 413),
+        responses=_problems(bearer, 409, 413),
         tags=["inputs"],
     )
     async def steer(request: Request, sid: Sid, body: m.SteerBody, key: Key = None) -> m.Steered:
@@ -146,7 +149,7 @@ def _inputs(app: FastAPI, context: Context) -> None:
         "/v1/sessions/{sid}/stop",
         status_code=202,
         response_model=m.Stopped,
-        responses=_problems(404, 413),
+        responses=_problems(bearer, 404, 413),
         tags=["inputs"],
     )
     async def stop(
@@ -160,10 +163,13 @@ def _inputs(app: FastAPI, context: Context) -> None:
         return m.Stopped(turn=turn)
 
 
-def _views(app: FastAPI, context: Context) -> None:
+def _sessions(app: FastAPI, context: Context, bearer: bool) -> None:
+    """The views of sessions: the tenant's list, a session's status."""
     service = context.service
 
-    @app.get("/v1/sessions", response_model=m.SessionsPage, responses=_problems(), tags=["views"])
+    @app.get(
+        "/v1/sessions", response_model=m.SessionsPage, responses=_problems(bearer), tags=["views"]
+    )
     async def sessions(
         request: Request,
         state: Literal["idle", "running", "queued"] | None = None,
@@ -178,7 +184,10 @@ def _views(app: FastAPI, context: Context) -> None:
         return m.SessionsPage(sessions=out, next=out[-1].session if len(out) == limit else None)
 
     @app.get(
-        "/v1/sessions/{sid}", response_model=m.StatusOut, responses=_problems(404), tags=["views"]
+        "/v1/sessions/{sid}",
+        response_model=m.StatusOut,
+        responses=_problems(bearer, 404),
+        tags=["views"],
     )
     async def status(request: Request, sid: Sid) -> m.StatusOut:
         """The running turn, the inputs waiting, how many wait to be turns."""
@@ -188,10 +197,15 @@ def _views(app: FastAPI, context: Context) -> None:
             await context.known(session)
         return m.status_out(sid, now)
 
+
+def _history(app: FastAPI, context: Context, bearer: bool) -> None:
+    """The views of what a session did: its transcript, a turn, an input."""
+    service = context.service
+
     @app.get(
         "/v1/sessions/{sid}/transcript",
         response_model=m.TranscriptPage,
-        responses=_problems(404),
+        responses=_problems(bearer, 404),
         tags=["views"],
     )
     async def transcript(
@@ -211,7 +225,7 @@ def _views(app: FastAPI, context: Context) -> None:
     @app.get(
         "/v1/sessions/{sid}/turns/{tid}",
         response_model=m.TurnOut,
-        responses=_problems(404),
+        responses=_problems(bearer, 404),
         tags=["views"],
     )
     async def turn(
@@ -233,7 +247,7 @@ def _views(app: FastAPI, context: Context) -> None:
     @app.get(
         "/v1/sessions/{sid}/inputs/{id}",
         response_model=m.InputOut,
-        responses=_problems(404),
+        responses=_problems(bearer, 404),
         tags=["views"],
     )
     async def input(
@@ -263,11 +277,11 @@ SSE: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _events(app: FastAPI, context: Context) -> None:
+def _events(app: FastAPI, context: Context, bearer: bool) -> None:
     @app.get(
         "/v1/sessions/{sid}/events",
         response_class=StreamingResponse,
-        responses={**_problems(404), **SSE},
+        responses={**_problems(bearer, 404), **SSE},
         tags=["events"],
     )
     async def events(

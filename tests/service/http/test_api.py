@@ -459,6 +459,20 @@ async def test_the_schema_describes_every_route_its_problems_and_the_stream() ->
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
+async def test_without_tokens_the_schema_lists_no_401_and_no_bearer() -> None:
+    app = create_app(Service(MemoryStore()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        schema = (await http.get("/openapi.json")).json()
+    for name, path in schema["paths"].items():
+        for operation in path.values():
+            assert "401" not in operation["responses"], name
+            assert "security" not in operation, name
+            if name.startswith("/v1/"):
+                assert "422" in operation["responses"], name
+    assert "securitySchemes" not in schema.get("components", {})
+
+
 def test_without_fastapi_the_import_names_the_extra() -> None:
     code = "import sys; sys.modules['fastapi'] = None; import steerable.service.http"
     run = subprocess.run(
