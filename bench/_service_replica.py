@@ -1,4 +1,4 @@
-"""``scripts/replica.py`` with its store calls counted: a replica process for ``bench.service``.
+"""``scripts/service_replica.py`` with its store calls counted, for ``bench.service``.
 
     python -m bench._service_replica --store URL --replica NAME [replica.py's options]
 
@@ -23,7 +23,7 @@ from bench._service_counting import counting
 from steerable.stores.url import open_url
 
 COUNTS = "BENCH_SERVICE_COUNTS"
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "replica.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "service_replica.py"
 
 
 def _script() -> ModuleType:
@@ -48,7 +48,7 @@ async def counted_url(url: str) -> AsyncIterator[Any]:
 
 
 def main() -> None:
-    """Run ``scripts/replica.py`` over a counted store."""
+    """Run ``scripts/service_replica.py`` over a counted store."""
     script = _script()
     vars(script)["open_url"] = counted_url  # the name the script calls: nothing else changes
     asyncio.run(script.main())

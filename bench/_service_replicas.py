@@ -8,7 +8,7 @@ wrapped to count their calls:
 
 - ``1 replica``: one :class:`Service` in this process;
 - ``3 replicas, 1 process``: three :class:`Service` objects in this process, over three pools;
-- ``3 processes``: three ``scripts/replica.py`` processes (``bench._service_replica``, which
+- ``3 processes``: three ``scripts/service_replica.py`` processes (``bench._service_replica``, which
   counts their calls and writes them out when the process ends).
 """
 

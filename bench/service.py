@@ -13,7 +13,7 @@ Postgres, MySQL/MariaDB and MongoDB when the server answers), with the keyless d
    the steer's id; and from the tool's end to that request, against the same for a turn
    nobody steered (what taking a steer adds to a step).
 3. **Turns per second** on Postgres, with one replica, three ``Service`` objects in one
-   process over three pools, and three ``scripts/replica.py`` processes; with the store
+   process over three pools, and three ``scripts/service_replica.py`` processes; with the store
    calls per turn, by verb, counted by a wrapper around each replica's store
    (``bench/_service_counting.py``).
 4. **The calls of a turn over a bare run**: one unsteered turn served, against the same

@@ -3,7 +3,7 @@
     python scripts/chaos.py --store sqlite|postgres|mysql [--sessions N] [--inputs N]
         [--kills N] [--pauses N] [--restart-db] [--seed N] [--lease S] ...
 
-Three replica processes (``scripts/replica.py``, the keyless demo agent) serve one fresh
+Three replica processes (``scripts/service_replica.py``, the keyless demo agent) serve one fresh
 database. Client processes of their own (``Service(store)`` without an agent) and the
 replicas' command lines (their stdin) send and steer into many sessions, some ids twice
 (a retry from the same process, or the same input through another process or replica).
@@ -47,7 +47,7 @@ from steerable.errors import SteerableError  # noqa: E402
 from steerable.service import Service  # noqa: E402
 from steerable.stores.url import migrate_url, open_url  # noqa: E402
 
-REPLICA = ROOT / "scripts" / "replica.py"
+REPLICA = ROOT / "scripts" / "service_replica.py"
 REPLICAS = 3
 RETRY_FOR = 120.0  # seconds a client keeps retrying one input (a database restart included)
 

@@ -117,7 +117,7 @@ def load_agent(spec: str) -> Agent:
     where, colon, name = spec.rpartition(":")
     if not colon or not where or not name:
         raise UsageError(
-            f"--agent takes module:attribute, like examples.agents.slow:AGENT, not {spec!r}"
+            f"--agent takes module:attribute, like examples.agents.two_tools:AGENT, not {spec!r}"
         )
     try:
         module = _import(where)

@@ -169,8 +169,14 @@ async def empty_postgres() -> AsyncIterator[str]:
         (["serve", "--store", "nosuch://x"], "unknown store scheme"),
         (["serve", "--store", "sqlite:///x.db", "--agent", "nocolon"], "module:attribute"),
         (["serve", "--store", "sqlite:///x.db", "--agent", "no.such.mod:A"], "cannot import"),
-        (["serve", "--store", "sqlite:///x.db", "--agent", "examples.agents.slow:nope"], "no attr"),
-        (["serve", "--store", "sqlite:///x.db", "--agent", "examples.agents.slow:work"], "not an"),
+        (
+            ["serve", "--store", "sqlite:///x.db", "--agent", "examples.agents.two_tools:nope"],
+            "no attr",
+        ),
+        (
+            ["serve", "--store", "sqlite:///x.db", "--agent", "examples.agents.two_tools:work"],
+            "not an",
+        ),
         (["serve", "--store", "sqlite:///x.db", "--host", "0.0.0.0"], "--insecure-no-auth"),
         (["serve", "--store", "sqlite:///x.db", "--tokens", "/no/such/file"], "cannot read"),
         (["serve", "--store", "sqlite:///x.db", "--lease", "0"], "--lease"),
@@ -241,7 +247,7 @@ async def test_serve_runs_the_agent_agent_names(tmp_path: Path, served: list[Ser
         served,
         f"sqlite:///{tmp_path / 's.db'}",
         "--agent",
-        "examples.agents.slow:AGENT",
+        "examples.agents.two_tools:AGENT",
         log=tmp_path / "serve.log",
         env={"STEERABLE_TOOL_SECONDS": "0.05"},
     )

@@ -1,7 +1,7 @@
 """Replica processes for the process tests: start them, talk to each, kill, pause, read.
 
-Each replica is ``scripts/replica.py`` in a process of its own (``sys.executable``), over the
-store URL the test gives, serving the keyless demo agent. A test sends commands *through*
+Each replica is ``scripts/service_replica.py`` in a process of its own (``sys.executable``),
+over the store URL the test gives, serving the keyless demo agent. A test sends commands *through*
 a chosen replica (one JSON line in, one JSON line out) and reads what every replica asked
 the model from the requests file they share (one JSON line per model request)::
 
@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "replica.py"
+SCRIPT = ROOT / "scripts" / "service_replica.py"
 ANSWER_SECONDS = 30.0  # a live replica answers a command at once; this only bounds a hang
 
 
@@ -54,7 +54,7 @@ def _flags(options: dict[str, Any]) -> list[str]:
 
 
 class ReplicaProcess:
-    """One running ``scripts/replica.py``: its commands, its signals, its log."""
+    """One running ``scripts/service_replica.py``: its commands, its signals, its log."""
 
     def __init__(self, name: str, process: asyncio.subprocess.Process, log: Path) -> None:
         self.name = name
@@ -143,7 +143,7 @@ class Replicas:
     """The replica processes of one test, over one store URL; all killed at the end.
 
     ``directory`` holds the shared requests file and one log per replica. ``start`` takes
-    the options of ``scripts/replica.py`` as keywords (``lease=1.5``, ``blocking=True``).
+    the options of ``scripts/service_replica.py`` as keywords (``lease=1.5``, ``blocking=True``).
     """
 
     def __init__(self, store: str, directory: Path) -> None:

@@ -1,4 +1,4 @@
-"""The service engine across real processes: replicas of ``scripts/replica.py`` over one database.
+"""The service engine across real processes: ``scripts/service_replica.py`` over one database.
 
 The promises of ``test_engine.py`` again, but each replica is an OS process of its own over
 one Postgres database (a fresh one per test) or one SQLite file, and a replica dies by

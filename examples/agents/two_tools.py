@@ -1,6 +1,6 @@
 """A keyless agent for ``steerable serve --agent``, slow enough to steer by hand.
 
-    steerable serve --store sqlite:///service.db --agent examples.agents.slow:AGENT
+    steerable serve --store sqlite:///service.db --agent examples.agents.two_tools:AGENT
     steerable chat --url http://127.0.0.1:8000
 
 Each turn calls the ``work`` tool twice, each call taking ``STEERABLE_TOOL_SECONDS`` seconds

@@ -1,6 +1,6 @@
 """One replica process of the service, for the process tests, the chaos script and benchmarks.
 
-    python scripts/replica.py --store URL --replica NAME [--lease S] [--seconds S] ...
+    python scripts/service_replica.py --store URL --replica NAME [--lease S] [--seconds S] ...
 
 It serves turns with the keyless demo agent (:mod:`steerable.service.demo`) and also takes
 commands, one JSON object per line on stdin, answering one JSON line each on stdout, so a
