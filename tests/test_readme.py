@@ -58,7 +58,8 @@ def test_serving_over_http_runs_as_written(tmp_path: Path) -> None:
     import secrets
     import shlex
 
-    from tests.cli.test_serve import Served, _admin, postgres_url
+    from tests.cli.test_serve import Served, postgres_url
+    from tests.stores.postgres.support import admin
 
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Serving over HTTP", 1)[1].split("\n## ", 1)[0]
@@ -88,7 +89,7 @@ def test_serving_over_http_runs_as_written(tmp_path: Path) -> None:
     ]
 
     database = f"steerable_readme_{secrets.token_hex(6)}"
-    asyncio.run(_admin(f'CREATE DATABASE "{database}"'))
+    asyncio.run(admin(f'CREATE DATABASE "{database}"'))
     url, servers = postgres_url(database), list[Served]()
     try:
         written = migrate[migrate.index("--store") + 1]
@@ -108,4 +109,4 @@ def test_serving_over_http_runs_as_written(tmp_path: Path) -> None:
     finally:
         for server in servers:
             server.kill()
-        asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))

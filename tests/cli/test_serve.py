@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -128,34 +127,13 @@ def postgres_url(database: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, f"/{database}", "", ""))
 
 
-async def _admin(sql: str) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
-    from tests.stores.postgres.support import DSN
-
-    admin = await asyncpg.connect(DSN, timeout=10)
-    try:
-        await admin.execute(sql)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture
 async def empty_postgres() -> AsyncIterator[str]:
     """The URL of a new, empty Postgres database; dropped after the test."""
-    from tests.stores.postgres.support import REQUIRED
+    from tests.stores.postgres.support import fresh_database
 
-    name = f"steerable_serve_{secrets.token_hex(6)}"
-    try:
-        await _admin(f'CREATE DATABASE "{name}"')
-    except OSError as exc:
-        if REQUIRED:
-            pytest.fail(f"Postgres is not usable: {exc} (STEERABLE_REQUIRE_SERVERS=1)")
-        pytest.skip(f"Postgres is not usable: {exc}")
-    try:
+    async with fresh_database("steerable_serve_", migrated=False) as name:
         yield postgres_url(name)
-    finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # -- the flags ------------------------------------------------------------------------------

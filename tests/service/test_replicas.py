@@ -13,7 +13,6 @@ one exception is named where it is made (the stop that only a notification deliv
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -43,49 +42,13 @@ def _postgres_url(database: str, port: int | None = None) -> str:
     return urlunsplit((parts.scheme, netloc, f"/{database}", "", ""))
 
 
-async def _admin(sql: str) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
-    from tests.stores.postgres.support import DSN
-
-    admin = await asyncpg.connect(DSN, timeout=10)
-    try:
-        await admin.execute(sql)
-    finally:
-        await admin.close()
-
-
-async def _postgres_database() -> str:
-    """A new database, migrated; skipped (or failed, where servers are required) without one."""
-    import asyncpg
-
-    from steerable.stores.postgres import migrate
-    from tests.stores.postgres.support import DSN, REQUIRED
-
-    name = f"steerable_replicas_{secrets.token_hex(6)}"
-    try:
-        await _admin(f'CREATE DATABASE "{name}"')
-        db = await asyncpg.connect(DSN, database=name, timeout=10)
-    except (OSError, asyncpg.PostgresError) as exc:
-        reason = f"Postgres is not usable: {type(exc).__name__}: {exc}"
-        if REQUIRED:
-            pytest.fail(f"{reason} (STEERABLE_REQUIRE_SERVERS=1)", pytrace=False)
-        pytest.skip(reason)
-    try:
-        await migrate(db)
-    finally:
-        await db.close()
-    return name
-
-
 @pytest.fixture
 async def postgres() -> AsyncIterator[str]:
     """A fresh Postgres database of this test: its name; dropped after (replicas killed)."""
-    name = await _postgres_database()
-    try:
+    from tests.stores.postgres.support import fresh_database
+
+    async with fresh_database("steerable_replicas_") as name:
         yield name
-    finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(params=BACKENDS)
@@ -94,11 +57,10 @@ async def url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[s
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'service.db'}"
         return
-    name = await _postgres_database()
-    try:
+    from tests.stores.postgres.support import fresh_database
+
+    async with fresh_database("steerable_replicas_") as name:
         yield _postgres_url(name)
-    finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

@@ -185,44 +185,13 @@ async def frames(response: httpx.Response) -> AsyncIterator[Frame]:
                 frame.data = value if not frame.data else frame.data + "\n" + value
 
 
-async def _admin(sql: str) -> None:
-    import asyncpg  # type: ignore[import-untyped]
-
-    from tests.stores.postgres.support import DSN
-
-    admin = await asyncpg.connect(DSN, timeout=10)
-    try:
-        await admin.execute(sql)
-    finally:
-        await admin.close()
-
-
 @pytest.fixture
 async def postgres_url() -> AsyncIterator[str]:
     """A fresh, migrated Postgres database of this test, as a store URL; dropped after."""
-    import secrets
     from urllib.parse import urlsplit, urlunsplit
 
-    import asyncpg
+    from tests.stores.postgres.support import DSN, fresh_database
 
-    from steerable.stores.postgres import migrate
-    from tests.stores.postgres.support import DSN, REQUIRED
-
-    name = f"steerable_http_{secrets.token_hex(6)}"
-    try:
-        await _admin(f'CREATE DATABASE "{name}"')
-        db = await asyncpg.connect(DSN, database=name, timeout=10)
-    except (OSError, asyncpg.PostgresError) as exc:
-        reason = f"Postgres is not usable: {type(exc).__name__}: {exc}"
-        if REQUIRED:
-            pytest.fail(f"{reason} (STEERABLE_REQUIRE_SERVERS=1)", pytrace=False)
-        pytest.skip(reason)
-    try:
-        await migrate(db)
-    finally:
-        await db.close()
     parts = urlsplit(DSN)
-    try:
+    async with fresh_database("steerable_http_") as name:
         yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "pool=4", ""))
-    finally:
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

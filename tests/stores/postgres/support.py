@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg  # type: ignore[import-untyped]
+import pytest
 
 from steerable.stores.postgres import PostgresStore
 
@@ -43,3 +44,40 @@ def server_address() -> tuple[str, int]:
     """The host and port of the server, for a relay in front of it."""
     parts = urlsplit(DSN)
     return parts.hostname or "127.0.0.1", parts.port or 5432
+
+
+async def admin(sql: str) -> None:
+    """Run ``sql`` on the server's admin database (CREATE/DROP DATABASE)."""
+    connection = await asyncpg.connect(DSN, timeout=10)
+    try:
+        await connection.execute(sql)
+    finally:
+        await connection.close()
+
+
+@asynccontextmanager
+async def fresh_database(prefix: str, *, migrated: bool = True) -> AsyncIterator[str]:
+    """A new database named ``prefix`` + random hex (migrated, unless told), dropped after.
+
+    Without a usable server the test is skipped, or fails when servers are required.
+    """
+    from steerable.stores.postgres import migrate
+
+    name = f"{prefix}{secrets.token_hex(6)}"
+    try:
+        await admin(f'CREATE DATABASE "{name}"')
+    except (OSError, asyncpg.PostgresError) as exc:
+        reason = f"Postgres is not usable: {type(exc).__name__}: {exc}"
+        if REQUIRED:
+            pytest.fail(f"{reason} (STEERABLE_REQUIRE_SERVERS=1)", pytrace=False)
+        pytest.skip(reason)
+    try:
+        if migrated:
+            connection = await asyncpg.connect(DSN, database=name, timeout=10)
+            try:
+                await migrate(connection)
+            finally:
+                await connection.close()
+        yield name
+    finally:
+        await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
