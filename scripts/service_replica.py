@@ -9,6 +9,10 @@ test can send, steer and stop *through this replica*::
     {"op": "send", "session": "s", "text": "hi", "id": "x"}   -> {"ok": true, "result": {...}}
     {"op": "steer" | "stop" | "status" | "input" | "turn" | "counters", ...}
 
+``--agent MODULE:NAME`` serves another agent instead: ``NAME(args)`` gets this script's parsed
+arguments (``replica``, ``requests``, ``seconds``, ...) and returns the agent (the framework
+integrations' process tests use it).
+
 It prints ``{"ready": true, "replica": NAME}`` once it serves. With ``--requests FILE`` every
 model request it makes is appended to FILE as a JSON line (``replica``, ``turn``: the id of the
 turn's prompt, and each
@@ -20,14 +24,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from steerable.errors import SteerableError
 from steerable.models.base import ModelRequest
-from steerable.service import Service
+from steerable.service import Agent, Service
 from steerable.service.demo import demo_agent, turn_of_request
 from steerable.stores.url import open_url
 
@@ -46,7 +52,25 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--steers-per-turn", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--requests", default=None, help="append model requests to FILE")
+    parser.add_argument("--agent", default=None, help="MODULE:NAME, NAME(args) gives the agent")
     return parser.parse_args()
+
+
+def _agent(args: argparse.Namespace) -> Agent:
+    if args.agent is not None:
+        module, _, name = args.agent.partition(":")
+        factory: Callable[[argparse.Namespace], Agent] = getattr(
+            importlib.import_module(module), name
+        )
+        return factory(args)
+    return demo_agent(
+        calls=args.calls,
+        seconds=args.seconds,
+        blocking=args.blocking,
+        delay=args.model_delay,
+        steers_per_turn=args.steers_per_turn,
+        record=_recorder(args.requests, args.replica),
+    )
 
 
 def _recorder(path: str | None, replica: str) -> Any:
@@ -123,14 +147,7 @@ async def _commands(service: Service) -> None:
 async def main() -> None:
     """Serve until stdin closes (or the process is killed)."""
     args = _arguments()
-    agent = demo_agent(
-        calls=args.calls,
-        seconds=args.seconds,
-        blocking=args.blocking,
-        delay=args.model_delay,
-        steers_per_turn=args.steers_per_turn,
-        record=_recorder(args.requests, args.replica),
-    )
+    agent = _agent(args)
     async with open_url(args.store) as store:
         service = Service(
             store,

@@ -21,6 +21,7 @@ from steerable.errors import (
 from steerable.events import Event
 from steerable.messages import (
     Message,
+    Native,
     Part,
     Reasoning,
     Text,
@@ -63,6 +64,7 @@ __all__ = [
     "ModelSettings",
     "Part",
     "ProviderError",
+    "Native",
     "Reasoning",
     "Reply",
     "Result",

@@ -11,7 +11,8 @@ Version 1::
         {"t":"text","text":"..."},
         {"t":"call","id":"...","name":"...","args":"<raw JSON text>"},
         {"t":"result","id":"...","name":"...","content":"...","error":false},
-        {"t":"reasoning","text":"...","provider":"...","data":"..."}]}
+        {"t":"reasoning","text":"...","provider":"...","data":"..."},
+        {"t":"native","framework":"...","data":"<the framework's JSON text>","text":"..."}]}
 
 ``json`` escapes every control character, NUL included, so the stored text holds none and
 every backend can keep it. Text that is not valid Unicode (a lone surrogate) cannot be
@@ -24,7 +25,7 @@ import json
 from typing import Any
 
 from steerable.errors import CorruptRecord, InvalidMessage
-from steerable.messages import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from steerable.messages import Message, Native, Part, Reasoning, Text, ToolCall, ToolResult
 
 VERSION = 1
 
@@ -45,6 +46,8 @@ def _part(part: Part) -> dict[str, Any]:
             "content": part.content,
             "error": part.is_error,
         }
+    if isinstance(part, Native):
+        return {"t": "native", "framework": part.framework, "data": part.data, "text": part.text}
     return {"t": "reasoning", "text": part.text, "provider": part.provider, "data": part.data}
 
 
@@ -80,6 +83,8 @@ def _decode_part(raw: dict[str, Any]) -> Part:
         return ToolResult(raw["id"], raw["name"], raw["content"], bool(raw["error"]))
     if kind == "reasoning":
         return Reasoning(raw["text"], raw["provider"], raw["data"])
+    if kind == "native":
+        return Native(raw["framework"], raw["data"], raw["text"])
     raise ValueError(f"unknown part kind {kind!r}")
 
 

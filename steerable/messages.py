@@ -1,9 +1,10 @@
 """Messages and their content parts.
 
 A :class:`Message` is a ``role`` (``"user"`` or ``"assistant"``), a tuple of content parts
-and a stable ``id``. The parts are :class:`Text`, :class:`ToolCall`, :class:`ToolResult`
-and :class:`Reasoning`. Everything here is immutable, so a transcript can be shared between
-the loop, a store and the caller without copies.
+and a stable ``id``. The parts are :class:`Text`, :class:`ToolCall`, :class:`ToolResult`,
+:class:`Reasoning` and :class:`Native` (a framework's own record, kept verbatim).
+Everything here is immutable, so a transcript can be shared between the loop, a store and
+the caller without copies.
 
 A tool call's ``arguments`` is the raw JSON text the model produced. Nothing in steerable
 parses and re-serializes it: it goes from the model to the store and back byte for byte.
@@ -74,8 +75,24 @@ class Reasoning:
     data: str = ""
 
 
-Part = Text | ToolCall | ToolResult | Reasoning
-_PARTS: tuple[type, ...] = (Text, ToolCall, ToolResult, Reasoning)
+@dataclass(frozen=True, slots=True)
+class Native:
+    """A message as an agent framework records it, kept verbatim.
+
+    An integration (:mod:`steerable.integrations`) stores a framework's conversation in a
+    steerable store as it is: ``framework`` names whose record it is (``"openai-agents"``,
+    ``"pydantic-ai"``, ``"langgraph"``, ``"adk"``), ``data`` is the record as that
+    framework serialises it (JSON text, never parsed by steerable), and ``text`` is what a
+    person reads of it (the listings, the HTTP API). steerable's own models skip it.
+    """
+
+    framework: str
+    data: str
+    text: str = ""
+
+
+Part = Text | ToolCall | ToolResult | Reasoning | Native
+_PARTS: tuple[type, ...] = (Text, ToolCall, ToolResult, Reasoning, Native)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,10 @@ EXTRAS = {  # package: (extra, the top-level modules it needs)
     "steerable.models.anthropic": ("anthropic", ("anthropic",)),
     "steerable.service.http": ("serve", ("fastapi", "starlette")),
     "steerable.service.client": ("serve", ("httpx",)),
+    "steerable.integrations.openai_agents": ("openai-agents", ("agents",)),
+    "steerable.integrations.pydantic_ai": ("pydantic-ai", ("pydantic_ai",)),
+    "steerable.integrations.langgraph": ("langgraph", ("langgraph", "langchain")),
+    "steerable.integrations.adk": ("adk", ("google",)),
 }
 
 
@@ -45,7 +49,7 @@ def test_the_core_and_the_suite_load_no_driver_and_no_sdk() -> None:
     run = _python(
         "import sys, steerable, steerable.store, steerable.stores, steerable.stores.memory,"
         " steerable.stores.sqlite, steerable.testing, steerable.service, steerable.stores.url,"
-        " steerable.cli\n"
+        " steerable.cli, steerable.integrations\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {drivers!r}))"
     )
     assert run.stdout.strip() == "[]", run.stderr

@@ -37,7 +37,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, cast
 
 from steerable.errors import ProviderError, UsageError
-from steerable.messages import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from steerable.messages import Message, Native, Part, Reasoning, Text, ToolCall, ToolResult
 from steerable.models._provider import (
     ClientModel,
     StreamBroken,
@@ -232,6 +232,8 @@ def _block(part: Part) -> dict[str, Any] | None:
         if part.is_error:
             block["is_error"] = True
         return block
+    if isinstance(part, Native):
+        return None  # a framework's own record: not ours to send
     if part.provider == PROVIDER and part.data:
         return cast(dict[str, Any], json.loads(part.data))
     return None  # another provider's reasoning means nothing to Anthropic

@@ -29,6 +29,7 @@ from steerable.errors import (
 )
 from steerable.messages import (
     Message,
+    Native,
     Reasoning,
     Text,
     ToolCall,
@@ -92,6 +93,10 @@ async def round_trip_is_exact(store: Store) -> None:
             ),
         ),
         Message("user", (Text("steered"),), id="steer-1", steered=True),
+        Message(
+            "assistant",
+            (Native("openai-agents", '{"type": "message",  "id":"x", "k":[1, 2]}', "hi ✓"),),
+        ),
         Message("assistant", (Text(""),)),
     ]
     await store.save(sid, messages, at=0)

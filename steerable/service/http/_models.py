@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from steerable.messages import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from steerable.messages import Message, Native, Part, Reasoning, Text, ToolCall, ToolResult
 from steerable.service_store import (
     Entry,
     InputView,
@@ -169,8 +169,21 @@ class ReasoningPart(BaseModel):
     text: str
 
 
+class NativePart(BaseModel):
+    """A message as an agent framework records it: which framework, and its text.
+
+    The framework's own record is kept verbatim in the store; the API shows what a person
+    reads of it.
+    """
+
+    type: Literal["native"] = "native"
+    framework: str
+    text: str
+
+
 PartOut = Annotated[
-    TextPart | ToolCallPart | ToolResultPart | ReasoningPart, Field(discriminator="type")
+    TextPart | ToolCallPart | ToolResultPart | ReasoningPart | NativePart,
+    Field(discriminator="type"),
 ]
 
 
@@ -254,7 +267,7 @@ def session_out(summary: SessionSummary, prefix: str) -> SessionOut:
     )
 
 
-def _part(part: Part) -> TextPart | ToolCallPart | ToolResultPart | ReasoningPart:
+def _part(part: Part) -> TextPart | ToolCallPart | ToolResultPart | ReasoningPart | NativePart:
     if isinstance(part, Text):
         return TextPart(text=part.text)
     if isinstance(part, ToolCall):
@@ -263,6 +276,8 @@ def _part(part: Part) -> TextPart | ToolCallPart | ToolResultPart | ReasoningPar
         return ToolResultPart(
             call_id=part.call_id, name=part.name, content=part.content, is_error=part.is_error
         )
+    if isinstance(part, Native):
+        return NativePart(framework=part.framework, text=part.text)
     assert isinstance(part, Reasoning)
     return ReasoningPart(text=part.text)
 
