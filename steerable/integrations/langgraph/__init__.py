@@ -1,0 +1,30 @@
+"""LangGraph on steerable: ``create_agent``'s loop, our session, our steers.
+
+- :class:`SteeringMiddleware` (a ``create_agent`` middleware): before each model call, one
+  atomic store call stores what the graph added and takes the session's waiting steers,
+  which join the graph's state in place (after every tool result) under their own ids.
+- :class:`LangGraphAgent`: a service agent that builds ``create_agent`` per turn over the
+  turn's session; a ``graph=`` agent of your own takes no steer.
+
+The transcript keeps the prompt and each steer as steerable user messages and the graph's
+other messages verbatim, as langchain serialises them, in ``Native("langgraph", ...)``
+parts. Needs ``pip install 'steerable[langgraph]'``.
+"""
+
+try:
+    import langchain
+    import langgraph
+except ImportError as exc:
+    from steerable._extras import missing_extra
+
+    raise missing_extra(
+        "steerable.integrations.langgraph", "langgraph", "langgraph and langchain", exc
+    ) from None
+
+from steerable.integrations.langgraph._agent import LangGraphAgent
+from steerable.integrations.langgraph._middleware import SteeringMiddleware
+from steerable.integrations.langgraph._records import FRAMEWORK, from_stored, to_stored
+
+__all__ = ["FRAMEWORK", "LangGraphAgent", "SteeringMiddleware", "from_stored", "to_stored"]
+
+del langchain, langgraph

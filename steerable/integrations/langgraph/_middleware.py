@@ -1,0 +1,148 @@
+"""Steers at LangGraph's own step: a ``create_agent`` middleware over a steerable session.
+
+``create_agent`` runs ``before_model`` hooks as graph nodes of their own, between the tools
+node and the model node (langchain 1.5's ``factory.py``: the tools node routes to the loop's
+entry, the first ``before_model``). What such a node returns under ``"messages"`` goes
+through LangGraph's ``add_messages`` reducer into the graph's state and its checkpoint, in
+place: after every tool result, before the request the model node builds from the state.
+A message whose id the state holds already is replaced where it is, never added twice.
+
+So :class:`SteeringMiddleware` takes the steers there. Its ``before_model`` makes one atomic
+store call (:meth:`steerable.integrations.Steps.step`): it stores the messages the graph
+added since the last step and takes the waiting steers, recorded right after them; the
+steers go back to the graph as ``HumanMessage`` objects whose id is the steer's id.
+Hooking ``wrap_model_call`` instead, or returning a ``Command``, would put them after the
+model's reply, between a tool call and its result: a transcript providers refuse.
+
+The graph's own checkpointer (any) still holds the graph's state. If the process dies
+after a take was stored and before the checkpoint that has the steer, the retried step
+finds the steer in the stored transcript, missing from the state, and returns it again:
+``add_messages`` places it once, and the store never gives it twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain_core.messages import AnyMessage
+from langgraph.runtime import Runtime
+
+from steerable.errors import UsageError
+from steerable.integrations._steps import Steps
+from steerable.integrations.langgraph._records import steer_message, to_stored, unanswered_tail
+from steerable.messages import Message
+from steerable.session import Session
+from steerable.store import check_count
+
+__all__ = ["SteeringMiddleware"]
+
+_ASYNC_ONLY = "SteeringMiddleware stores through an async session: run the graph with ainvoke"
+
+
+class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Takes ``session``'s steers before each model call and stores the conversation.
+
+    ``steers`` is how many steers one run (one ``ainvoke``) takes at most; the rest wait
+    for the next run. The conversation goes into ``session``'s transcript at every step:
+    the prompt and the steers as steerable user messages, the graph's other messages as
+    :class:`~steerable.Native` records (:mod:`steerable.integrations.langgraph`).
+    """
+
+    def __init__(self, session: Session, *, steers: int = 16) -> None:
+        super().__init__()
+        if not isinstance(session, Session):
+            raise UsageError(f"SteeringMiddleware needs a steerable Session, not {session!r}")
+        self.session = session
+        self.steers = check_count(steers, "steers")
+        self._steps: Steps | None = None
+        self._ids: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"SteeringMiddleware({self.session!r}, steers={self.steers})"
+
+    @property
+    def taken(self) -> list[Message]:
+        """The steers this run took so far, in order."""
+        return [] if self._steps is None else list(self._steps.taken)
+
+    # LangGraph calls the sync hooks under invoke/stream: say so rather than block on I/O.
+    def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Refused: see :meth:`abefore_agent`."""
+        raise UsageError(_ASYNC_ONLY)
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Refused: see :meth:`abefore_model`."""
+        raise UsageError(_ASYNC_ONLY)
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Refused: see :meth:`aafter_agent`."""
+        raise UsageError(_ASYNC_ONLY)
+
+    async def abefore_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """A new run: its steer count starts again, and what is stored is read afresh."""
+        self._steps = None
+        return None
+
+    async def abefore_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Store what the graph added and take the waiting steers, in one store call."""
+        messages = state["messages"]
+        steps = await self._begin()
+        # Steers an earlier attempt of this step took, whose checkpoint was lost with it.
+        again = _lost(steps.stored, {m.id for m in messages if m.id is not None})
+        new = self._new(messages)
+        taken = await steps.step(new)
+        self._ids.update(m.id for m in [*new, *taken])
+        back = again + taken
+        if not back:
+            return None
+        return {"messages": [steer_message(m) for m in back]}
+
+    async def aafter_agent(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Store the run's last messages (its answer), taking no steer: a steer that came
+        while the model wrote the answer waits for the next run."""
+        await self.finish(state["messages"])
+        return None
+
+    async def finish(self, messages: Sequence[AnyMessage]) -> None:
+        """Store ``messages``' new ones, taking no steer; a tail of tool calls that have no
+        result (a run cut short) is left out, so the transcript stays valid."""
+        steps = await self._begin()
+        complete = list(messages[: len(messages) - unanswered_tail(messages)])
+        new = self._new(complete)
+        await steps.save(new)
+        self._ids.update(m.id for m in new)
+
+    async def _begin(self) -> Steps:
+        if self._steps is None:
+            stored = await self.session.messages()
+            self._steps = Steps(self.session, stored, steers=self.steers)
+            self._ids = {m.id for m in stored}
+        return self._steps
+
+    def _new(self, messages: Sequence[AnyMessage]) -> list[Message]:
+        return [to_stored(m) for m in messages if m.id not in self._ids]
+
+
+def _lost(stored: Sequence[Message], in_state: set[str]) -> list[Message]:
+    """The steers stored after the last stored message the state has, missing from it.
+
+    Only a take whose step's checkpoint was lost leaves any: the state the retried step
+    gets is the one that step was given, so what follows it in the store is that take.
+    A state that has none of the stored messages (a fresh thread) gets none back.
+    """
+    last = -1
+    for index in range(len(stored) - 1, -1, -1):
+        if stored[index].id in in_state:
+            last = index
+            break
+    if last < 0:
+        return []
+    return [m for m in stored[last + 1 :] if m.steered and m.id not in in_state]

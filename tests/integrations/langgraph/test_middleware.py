@@ -1,0 +1,113 @@
+"""SteeringMiddleware in a real ``create_agent`` graph: steers at the graph's own step.
+
+The model is :class:`ScriptedChat` (records each request); the store a SQLite file that a
+child process steers through, as another program would; the graph's state is read from
+its own checkpointer.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from langchain.agents import create_agent
+from langchain.agents.middleware.types import InputAgentState
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+
+from steerable.integrations.langgraph import SteeringMiddleware
+from steerable.session import Session
+from steerable.stores.sqlite import SQLiteStore
+from tests.integrations.langgraph.chat import ScriptedChat, valid
+from tests.integrations.langgraph.support import ids, shape, steer_from_another_process, work_tool
+
+CONFIG: RunnableConfig = {"configurable": {"thread_id": "t"}}
+
+
+def _prompt(text: str, id: str) -> InputAgentState:
+    return {"messages": [HumanMessage(text, id=id)]}
+
+
+async def test_a_steer_from_another_process_during_a_tool_call_joins_the_next_request_in_place(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    sent: list[str] = []
+
+    async def steer_once() -> None:
+        if not sent:
+            sent.append("k")
+            await steer_from_another_process(path, "s", "skip friday", "k")
+
+    async with SQLiteStore(path) as store:
+        session = Session("s", store)
+        model = ScriptedChat(rounds=2)
+        agent = create_agent(
+            model,
+            [work_tool(steer_once)],
+            middleware=[SteeringMiddleware(session)],
+            checkpointer=InMemorySaver(),
+        )
+        state = await agent.ainvoke(_prompt("plan my week", "p"), CONFIG)
+        stored = await session.messages()
+        checkpoint = (await agent.aget_state(CONFIG)).values["messages"]
+
+    first, second, third = model.requests  # one run: three requests, none asked again
+    assert ids(first) == ["p"]
+    # the very next request: after the tool's result, once
+    assert isinstance(second[-2], ToolMessage) and ids(second)[-1] == "k"
+    assert isinstance(second[-1], HumanMessage) and second[-1].text == "skip friday"
+    # in place in the later request: where it was taken, the run carried on (same reply ids)
+    assert ids(third)[: len(second)] == ids(second) and ids(third).count("k") == 1
+    assert all(valid(request) for request in model.requests)
+    # in the graph's state and its checkpoint, once, in the same place
+    assert ids(state["messages"]) == ids(checkpoint) and ids(checkpoint).count("k") == 1
+    assert ids(checkpoint)[: len(second)] == ids(second)
+    assert state["messages"][-1].text == "answered: plan my week | skip friday"
+    # and in the steerable transcript: the prompt and the steer as ours, the rest verbatim
+    assert shape(stored) == [
+        "user:plan my week",
+        "ai",
+        "tool",
+        "steer:skip friday",
+        "ai",
+        "tool",
+        "ai",
+    ]
+    assert [m.id for m in stored] == ids(checkpoint)
+    assert next(m for m in stored if m.id == "k").steered
+
+
+async def test_a_steer_during_the_final_answer_waits_for_the_next_run(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+
+    async def too_late(messages: list[BaseMessage]) -> None:
+        if not any(m.id == "later" for m in messages):
+            await steer_from_another_process(path, "s", "too late", "late")
+
+    async with SQLiteStore(path) as store:
+        session = Session("s", store)
+        model = ScriptedChat(rounds=1, on_answer=too_late)
+        agent = create_agent(
+            model,
+            [work_tool()],
+            middleware=[SteeringMiddleware(session)],
+            checkpointer=InMemorySaver(),
+        )
+        first = await agent.ainvoke(_prompt("plan my week", "p"), CONFIG)
+        waiting = [s.id for s in await session.steers()]
+        after_first = shape(await session.messages())
+        await agent.ainvoke(_prompt("and next week", "later"), CONFIG)
+        stored = await session.messages()
+
+    assert first["messages"][-1].text == "answered: plan my week"
+    assert waiting == ["late"]
+    assert after_first == ["user:plan my week", "ai", "tool", "ai"]
+    asked = [ids(r) for r in model.requests]
+    assert [r.count("late") for r in asked] == [0, 0, 1, 1]
+    # taken by the next run's first step: after its prompt, before its first request
+    assert asked[2][-2:] == ["later", "late"]
+    assert shape(stored)[4:] == ["user:and next week", "steer:too late", "ai", "tool", "ai"]
+    assert model.requests[-1][-1].text == "worked"
+    final = model.requests[-1]
+    assert isinstance(final[-2], AIMessage) and valid(final)
