@@ -1,0 +1,147 @@
+"""An ADK agent as an agent of the steerable service.
+
+Each turn runs ADK's own :class:`~google.adk.runners.Runner` over the turn's session,
+through a :class:`SteerableSessionService` bound to the turn's fenced session, with the
+:class:`SteeringPlugin` first among the plugins. A fresh turn gives ADK its prompt as the
+new message (stored under the prompt's id); a turn another holder began (``turn.resumed``,
+its prompt stored) resumes the prompt's own invocation from the stored transcript, so the
+run carries on from its last stored step and takes no steer twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from google.adk.agents.base_agent import BaseAgent
+from google.adk.agents.llm_agent import LlmAgent
+from google.adk.agents.run_config import RunConfig
+from google.adk.apps import App
+from google.adk.events.event import Event
+from google.adk.plugins.base_plugin import BasePlugin
+from google.adk.runners import Runner
+from google.genai import types
+
+from steerable.errors import UsageError
+from steerable.integrations.adk import _records
+from steerable.integrations.adk._plugin import SteeringPlugin
+from steerable.integrations.adk._sessions import SteerableSessionService
+from steerable.messages import Message, Native
+from steerable.service.agent import Turn
+from steerable.service_store import Outcome
+
+__all__ = ["ADKAgent"]
+
+STEERS_PER_TURN = 16
+
+
+class ADKAgent:
+    """Runs ``agent`` (the root of an ADK app) for each turn of the service.
+
+    ``steers_per_turn`` is 16 for an ``LlmAgent`` root and 0 for a workflow root, whose
+    steps take no steer (each steer is then a turn of its own). ``plugins`` run after the
+    steering plugin; ``run_config`` is given to every run.
+    """
+
+    def __init__(
+        self,
+        agent: BaseAgent,
+        *,
+        app_name: str = "steerable",
+        user_id: str = "steerable",
+        plugins: Sequence[BasePlugin] = (),
+        run_config: RunConfig | None = None,
+    ) -> None:
+        if not isinstance(agent, BaseAgent):
+            raise UsageError(f"ADKAgent takes an ADK agent, not {type(agent).__name__}")
+        self.agent = agent
+        self.app_name = app_name
+        self.user_id = user_id
+        self.plugins = list(plugins)
+        self.run_config = run_config
+
+    def __repr__(self) -> str:
+        return f"ADKAgent({self.agent.name!r})"
+
+    @property
+    def steers_per_turn(self) -> int:
+        """16 for an LlmAgent root; 0 for a workflow root (it has no step of ours)."""
+        return STEERS_PER_TURN if isinstance(self.agent, LlmAgent) else 0
+
+    async def run_turn(self, turn: Turn) -> Outcome:
+        """Run (or resume) the turn's invocation to its end, or until the turn is stopped."""
+        store_session = turn.store_session
+        service = SteerableSessionService(
+            session_for=lambda _: store_session, steers=turn.steers_left, author=self.agent.name
+        )
+        stored = _stored(turn)
+        service.adopt(self.app_name, self.user_id, turn.session, stored, prompt=turn.prompt.id)
+        app = App(
+            name=self.app_name,
+            root_agent=self.agent,
+            plugins=[SteeringPlugin(service), *self.plugins],
+        )
+        runner = Runner(app=app, session_service=service)
+        invocation = _invocation_of(stored, turn.prompt.id, self.agent.name)
+        new_message = None
+        if invocation is None:
+            new_message = types.Content(role="user", parts=[types.Part(text=turn.prompt.text)])
+        abort = asyncio.Event()
+        watch = asyncio.create_task(_abort_when_stopped(turn, abort))
+        final = ""
+        try:
+            async for event in runner.run_async(
+                user_id=self.user_id,
+                session_id=turn.session,
+                invocation_id=invocation,
+                new_message=new_message,
+                run_config=self.run_config,
+                abort_signal=abort,
+            ):
+                if event.is_final_response() and not event.partial:
+                    final = _records.event_text(event) or final
+        except Exception:
+            await service.release(turn.session, finished=False)
+            raise
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+            await runner.close()
+        await service.release(turn.session, finished=not abort.is_set())
+        return Outcome("stopped") if abort.is_set() else Outcome("completed", final)
+
+
+def _stored(turn: Turn) -> list[Message]:
+    """``turn.messages`` without the prompt the service appended (not stored yet)."""
+    messages = turn.messages
+    last = messages[-1] if messages else None
+    if last is not None and last.id == turn.prompt.id and not last.steered and not _native(last):
+        return messages[:-1]
+    return list(messages)
+
+
+def _invocation_of(stored: list[Message], prompt: str, author: str) -> str | None:
+    """The invocation the stored prompt started (a retry resumes it), or None."""
+    events: list[Event] = _records.events_of(stored, author)
+    by_id = {event.id: event for event in events}
+    for message in stored:
+        if message.id == prompt:
+            event = _prompt_event(message) or by_id.get(message.id)
+            return event.invocation_id if event is not None else None
+    return None
+
+
+def _native(message: Message) -> bool:
+    return any(isinstance(p, Native) for p in message.parts)
+
+
+def _prompt_event(message: Message) -> Event | None:
+    for part in message.parts:
+        if isinstance(part, Native) and part.framework == _records.FRAMEWORK:
+            return Event.model_validate_json(part.data)
+    return None
+
+
+async def _abort_when_stopped(turn: Turn, abort: asyncio.Event) -> None:
+    await turn.stopped()
+    abort.set()

@@ -1,0 +1,369 @@
+"""ADK's session service over steerable stores: events in append order, steers in place.
+
+An ADK session is the steerable session of the same id. Its events are kept in the order
+they were appended (their position in the transcript), never sorted by timestamp: a steer
+joins after the tool results it follows although the model's reply, stamped earlier, comes
+after it. See :mod:`._records` for how each event is stored.
+
+While a run of :class:`SteeringPlugin` works on a session its events are held in memory and
+stored at the run's next step, together with the steers it takes, in one atomic store call
+(:meth:`Steps.step`); the rest at the run's end. Without the plugin each event is stored as
+it is appended.
+
+The store contract has no listing and no delete. With a ``store`` the service keeps an
+index session per app (``adk-index:<app>``): the sessions created and deleted, and the
+``app:`` and ``user:`` state. A deleted session's transcript stays in the store, and its id
+cannot be created again. With only ``session_for`` (one steerable session per id, as under
+the service) there is no index: listing and deleting are a :class:`UsageError`, and
+``app:``/``user:`` state lives in the session's own events.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session as AdkSession
+from google.adk.sessions.state import State
+
+from steerable.errors import TranscriptConflict, UsageError
+from steerable.integrations._steps import Steps
+from steerable.integrations.adk import _records
+from steerable.messages import Message, Native
+from steerable.session import Session
+from steerable.store import Store
+
+__all__ = ["SteerableSessionService"]
+
+_INDEX_TRIES = 8  # concurrent writers of one index: each retry re-reads it
+
+
+class _Open:
+    """A session this service has open: what is stored, and a run's held events."""
+
+    __slots__ = ("holding", "pending", "prompt", "steps")
+
+    def __init__(self, steps: Steps, prompt: str | None = None) -> None:
+        self.steps = steps
+        self.prompt = prompt  # the id the next user message is stored under
+        self.holding = False
+        self.pending: list[tuple[Event, Message]] = []
+
+
+class SteerableSessionService(BaseSessionService):
+    """ADK sessions in a steerable ``store`` (or the sessions ``session_for`` gives).
+
+    ``steers`` is how many steers one run takes at most; ``author`` names the agent that
+    plain assistant messages (from a turn another agent answered) are shown as.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        session_for: Callable[[str], Session] | None = None,
+        steers: int = 16,
+        author: str = "model",
+    ) -> None:
+        if (store is None) == (session_for is None):
+            raise UsageError("SteerableSessionService takes a store or session_for, not both")
+        if store is not None and not isinstance(store, Store):
+            raise UsageError(f"SteerableSessionService takes a Store, not {type(store).__name__}")
+        self.store = store
+        self._session_for = session_for
+        self.steers = steers
+        self.author = author
+        self._open: dict[str, _Open] = {}
+        self._adopted: dict[str, AdkSession] = {}
+
+    def __repr__(self) -> str:
+        return f"SteerableSessionService({self.store!r})"
+
+    def session(self, session_id: str) -> Session:
+        """The steerable session that keeps the ADK session ``session_id`` (steer it there)."""
+        if self._session_for is not None:
+            return self._session_for(session_id)
+        assert self.store is not None
+        return Session(session_id, self.store)
+
+    # -- the ADK verbs ------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AdkSession:
+        """A new session, its header stored first; an id already used is AlreadyExistsError."""
+        session_id = (session_id or "").strip() or uuid.uuid4().hex
+        own, app, user = _split_state(state or {})
+        created = time.time()
+        session = self.session(session_id)
+        try:
+            await session.save([_records.header_message(app_name, user_id, own, created)])
+        except TranscriptConflict:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+        await self._index(app_name, {"created": session_id, "user_id": user_id, "time": created})
+        if app or user:
+            await self._index(app_name, {"state": {"app": app, "user": user}, "user_id": user_id})
+        return await self._load(app_name, user_id, session_id, None) or _missing(session_id)
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> AdkSession | None:
+        """The session with its events in append order, or None when there is none."""
+        adopted = self._adopted.pop(session_id, None)
+        if adopted is not None:
+            return adopted
+        return await self._load(app_name, user_id, session_id, config)
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The app's sessions this service created (of ``user_id``), oldest first, no events."""
+        live = _sessions(await self._index_records(app_name, needed="list sessions"))
+        return ListSessionsResponse(
+            sessions=[
+                AdkSession(id=sid, app_name=app_name, user_id=uid, last_update_time=created)
+                for sid, (uid, created) in live.items()
+                if user_id is None or uid == user_id
+            ]
+        )
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Mark the session deleted in the app's index (its transcript stays in the store)."""
+        await self._index_records(app_name, needed="delete sessions")
+        await self._index(app_name, {"deleted": session_id, "user_id": user_id})
+        self._open.pop(session_id, None)
+
+    async def append_event(self, session: AdkSession, event: Event) -> Event:
+        """Apply ``event`` to ``session``; store it now, or at a steering run's next step."""
+        if event.partial:
+            return event
+        event = await super().append_event(session, event)
+        session.last_update_time = event.timestamp
+        opened = self._open.get(session.id)
+        if opened is None:
+            await self._load(session.app_name, session.user_id, session.id, None)
+            opened = self._open[session.id]
+        prompt = None
+        if _records.user_text(event) is not None:
+            prompt, opened.prompt = opened.prompt or event.id, None
+        message = _records.event_message(event, prompt_id=prompt)
+        _, app, user = _split_state(event.actions.state_delta if event.actions else {})
+        if (app or user) and self.store is not None:
+            await self._index(
+                session.app_name, {"state": {"app": app, "user": user}, "user_id": session.user_id}
+            )
+        if opened.holding:
+            opened.pending.append((event, message))
+        else:
+            await opened.steps.save([message])
+        return event
+
+    # -- what the plugin and the agent use -------------------------------------------------
+
+    def adopt(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        stored: Sequence[Message],
+        *,
+        prompt: str | None = None,
+    ) -> AdkSession:
+        """Open ``session_id`` from its stored transcript without reading it (a service turn
+        carries it); the next ``get_session`` returns it. ``prompt`` is the id the run's
+        user message is stored under."""
+        events = _records.events_of(stored, self.author)
+        header = _records.header_of(stored[0]) if stored else None
+        self._open[session_id] = _Open(
+            Steps(self.session(session_id), stored, steers=self.steers), prompt
+        )
+        adopted = AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=_records.session_state(header, events),
+            events=events,
+            last_update_time=events[-1].timestamp if events else 0.0,
+        )
+        self._adopted[session_id] = adopted
+        return adopted
+
+    def hold(self, session_id: str) -> None:
+        """A steering run starts: keep the session's events until its next step."""
+        opened = self._open.get(session_id)
+        if opened is not None:
+            opened.holding = True
+
+    async def step(self, session_id: str, *, take: bool) -> list[Message]:
+        """Store the held events and (when ``take``) take the waiting steers, atomically."""
+        opened = self._open.get(session_id)
+        if opened is None:
+            return []
+        new = [message for _, message in opened.pending]
+        taken = await (opened.steps.step(new) if take else _saved(opened.steps, new))
+        opened.pending.clear()
+        return taken
+
+    async def release(self, session_id: str, *, finished: bool) -> None:
+        """A run ended: store what it held (when it did not finish, up to the last event
+        after which no function call is open) and store events as they come again."""
+        opened = self._open.get(session_id)
+        if opened is None or not opened.holding:
+            return
+        opened.holding = False
+        pending = opened.pending if finished else opened.pending[: _settled(opened.pending)]
+        opened.pending = []
+        await opened.steps.save([message for _, message in pending])
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def _load(
+        self, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None
+    ) -> AdkSession | None:
+        session = self.session(session_id)
+        stored = await session.messages()
+        if not stored:
+            return None
+        header = _records.header_of(stored[0])
+        if header is not None and (header["app_name"], header["user_id"]) != (app_name, user_id):
+            return None
+        scoped: dict[str, Any] = {}
+        if self.store is not None:
+            records = await self._index_records(app_name, needed=None)
+            if session_id not in _sessions(records) and header is not None:
+                return None  # deleted
+            scoped = _scoped_state(records, user_id)
+        events = _records.events_of(stored, self.author)
+        state = _records.session_state(header, events) | scoped
+        self._open[session_id] = _Open(Steps(session, stored, steers=self.steers))
+        created = float(header["created"]) if header else 0.0
+        return AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=state,
+            events=_recent(events, config),
+            last_update_time=events[-1].timestamp if events else created,
+        )
+
+    # -- the app index -------------------------------------------------------------------------
+
+    def _index_session(self, app_name: str) -> Session:
+        assert self.store is not None
+        return Session(f"adk-index:{app_name}", self.store)
+
+    async def _index_records(self, app_name: str, *, needed: str | None) -> list[dict[str, Any]]:
+        if self.store is None:
+            if needed is None:
+                return []
+            raise UsageError(f"a SteerableSessionService over session_for cannot {needed}")
+        stored = await self._index_session(app_name).messages()
+        return [json.loads(p.data) for m in stored for p in m.parts if isinstance(p, Native)]
+
+    async def _index(self, app_name: str, record: dict[str, Any]) -> None:
+        if self.store is None:
+            return
+        message = Message("user", (Native(_records.FRAMEWORK, json.dumps(record), ""),))
+        for attempt in range(_INDEX_TRIES):
+            index = self._index_session(app_name)
+            stored = await index.messages()
+            try:
+                await index.save([*stored, message])
+                return
+            except TranscriptConflict:
+                if attempt == _INDEX_TRIES - 1:
+                    raise
+                # another writer appended first: read the index again
+
+
+def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``state`` as the session's own keys, the ``app:`` ones and the ``user:`` ones."""
+    own: dict[str, Any] = {}
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    for key, value in state.items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            own[key] = value
+    return own, app, user
+
+
+def _sessions(records: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
+    """The sessions an index lists: created and not deleted since, with user and time."""
+    live: dict[str, tuple[str, float]] = {}
+    for record in records:
+        if "created" in record:
+            live[record["created"]] = (record["user_id"], float(record["time"]))
+        elif "deleted" in record:
+            live.pop(record["deleted"], None)
+    return live
+
+
+def _scoped_state(records: list[dict[str, Any]], user_id: str) -> dict[str, Any]:
+    """The ``app:`` state, and ``user_id``'s ``user:`` state, as the index has them now."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    for record in records:
+        if "state" in record:
+            app.update(record["state"]["app"])
+            if record["user_id"] == user_id:
+                user.update(record["state"]["user"])
+    return {State.APP_PREFIX + k: v for k, v in app.items()} | {
+        State.USER_PREFIX + k: v for k, v in user.items()
+    }
+
+
+def _recent(events: list[Event], config: GetSessionConfig | None) -> list[Event]:
+    """``events`` as ``config`` asks: the last ``num_recent_events``, those after a time."""
+    if config is None:
+        return events
+    if config.num_recent_events is not None:
+        events = events[-config.num_recent_events :] if config.num_recent_events else []
+    if config.after_timestamp is not None:
+        after = config.after_timestamp
+        events = [e for e in events if e.timestamp >= after]
+    return events
+
+
+def _settled(pending: list[tuple[Event, Message]]) -> int:
+    """How many of ``pending`` end where no function call is waiting for its response."""
+    open_calls: set[str] = set()
+    settled = 0
+    for index, (event, _) in enumerate(pending, 1):
+        open_calls.update(c.id or "" for c in event.get_function_calls())
+        open_calls.difference_update(r.id or "" for r in event.get_function_responses())
+        if not open_calls:
+            settled = index
+    return settled
+
+
+async def _saved(steps: Steps, new: list[Message]) -> list[Message]:
+    await steps.save(new)
+    return []
+
+
+def _missing(session_id: str) -> AdkSession:
+    raise UsageError(f"session {session_id!r} was created but cannot be read back")
