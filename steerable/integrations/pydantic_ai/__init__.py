@@ -1,0 +1,43 @@
+"""Pydantic AI on steerable: its loop, our session and our steers.
+
+- :class:`Steering`: a capability that takes a session's steers as each model request goes
+  out (through Pydantic AI's own ``RunContext.enqueue``) and stores the run at each step.
+- :class:`PydanticAIAgent`: a Pydantic AI agent as an agent of the service.
+- :class:`SteerableConversationStore`: Pydantic AI's ``ConversationStore`` over any
+  steerable store.
+- :func:`history` / :func:`record`: a stored transcript as Pydantic AI messages, and back.
+
+Install with ``pip install 'steerable[pydantic-ai]'``. ``docs/integrations.md`` says where
+Pydantic AI has no step to take a steer at.
+"""
+
+try:
+    import pydantic_ai  # noqa: F401
+except ImportError as exc:
+    from steerable._extras import missing_extra
+
+    raise missing_extra(
+        "steerable.integrations.pydantic_ai", "pydantic-ai", "pydantic-ai-slim", exc
+    ) from None
+
+from steerable.integrations.pydantic_ai._agent import PydanticAIAgent
+from steerable.integrations.pydantic_ai._records import (
+    FRAMEWORK,
+    STEER_KEY,
+    history,
+    model_message,
+    record,
+    steer_request,
+)
+from steerable.integrations.pydantic_ai._steering import Steering
+
+__all__ = [
+    "FRAMEWORK",
+    "STEER_KEY",
+    "PydanticAIAgent",
+    "Steering",
+    "history",
+    "model_message",
+    "record",
+    "steer_request",
+]

@@ -1,0 +1,80 @@
+"""A Pydantic AI agent as an agent of the service: one run per turn."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.usage import UsageLimits
+
+from steerable.errors import UsageError
+from steerable.integrations._steps import until_stopped
+from steerable.integrations.pydantic_ai._steering import Steering
+from steerable.service.agent import Turn
+from steerable.service_store import Outcome
+
+
+class PydanticAIAgent:
+    """Runs each turn on ``agent``, a Pydantic AI agent, with the turn's session and steers.
+
+    The turn's transcript becomes the run's ``message_history``; a turn carried on after a
+    takeover runs on from what is stored (its prompt already in the history, not passed
+    again). ``usage_limits`` and ``deps`` go to every run; a usage limit that ends a run ends
+    the turn ``max_steps``.
+    """
+
+    STEERS = 16
+
+    def __init__(
+        self,
+        agent: AbstractAgent[Any, Any],
+        *,
+        usage_limits: UsageLimits | None = None,
+        deps: Any = None,
+    ) -> None:
+        if not isinstance(agent, AbstractAgent):
+            raise UsageError(
+                f"PydanticAIAgent takes a pydantic_ai Agent, not {type(agent).__name__}"
+            )
+        self.agent = agent
+        self.usage_limits = usage_limits
+        self.deps = deps
+
+    def __repr__(self) -> str:
+        return f"PydanticAIAgent({self.agent.name or type(self.agent).__name__!r})"
+
+    @property
+    def steers_per_turn(self) -> int:
+        """16: the steers one turn may take."""
+        return self.STEERS
+
+    async def run_turn(self, turn: Turn) -> Outcome:
+        """Run the turn to its answer, a usage limit, a failure or a stop."""
+        # The claim's transcript, read once: the turn's messages are it plus, unless a
+        # resumed turn stored it already, the prompt.
+        stored = await turn.store_session.messages()
+        prompt = turn.prompt.text if len(turn.messages) > len(stored) else None
+        steering = Steering(
+            turn.store_session, stored, steers=turn.steers_left, prompt_id=turn.prompt.id
+        )
+        run = self.agent.run(
+            prompt,
+            message_history=steering.history or None,
+            capabilities=[steering],
+            usage_limits=self.usage_limits,
+            deps=self.deps,
+        )
+        try:
+            result, stopped = await until_stopped(turn, run)
+        except UsageLimitExceeded as exc:
+            return Outcome("max_steps", error=str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+        if stopped or result is None:
+            return Outcome("stopped")
+        output = result.output
+        return Outcome("completed", output if isinstance(output, str) else repr(output))
