@@ -1,0 +1,78 @@
+"""An OpenAI Agents SDK agent as an agent of the service.
+
+Each turn is one ``Runner.run`` over the turn's transcript: a :class:`SteerableSession`
+over the turn's fenced store session hands the SDK the stored history (the prompt at its
+end, or wherever a resumed turn stored it) and keeps what the run adds, and
+:func:`steering` takes the turn's steers at each request. A takeover runs again from what
+the last holder stored: the steers it took are history then, never taken again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agents import Agent as SDKAgent
+from agents import MaxTurnsExceeded, RunConfig, Runner
+
+from steerable.errors import UsageError
+from steerable.integrations._steps import until_stopped
+from steerable.integrations.openai_agents._session import SteerableSession, steering
+from steerable.service.agent import Turn
+from steerable.service_store import Outcome
+from steerable.store import check_count
+
+__all__ = ["OpenAIAgentsAgent"]
+
+
+class OpenAIAgentsAgent:
+    """Serve ``agent`` (an ``agents.Agent``) with ``run_config`` and ``max_turns``.
+
+    ``context`` is passed to every run as the SDK's run context. A turn takes at most
+    :attr:`steers_per_turn` steers; past that each steer is a turn of its own.
+    """
+
+    steers_per_turn = 16
+
+    def __init__(
+        self,
+        agent: SDKAgent[Any],
+        *,
+        run_config: RunConfig | None = None,
+        max_turns: int = 10,
+        context: Any = None,
+    ) -> None:
+        if not isinstance(agent, SDKAgent):
+            raise UsageError(f"OpenAIAgentsAgent serves an agents.Agent, not {agent!r}")
+        self.agent = agent
+        self.run_config = run_config
+        self.max_turns = check_count(max_turns, "max_turns")
+        self.context = context
+
+    def __repr__(self) -> str:
+        return f"OpenAIAgentsAgent({self.agent.name!r}, max_turns={self.max_turns})"
+
+    async def run_turn(self, turn: Turn) -> Outcome:
+        """Run the turn to its end, or until it is asked to stop; say how it ended."""
+        session = SteerableSession(
+            turn.store_session, steers=turn.steers_left, history=turn.messages
+        )
+        run = Runner.run(
+            self.agent,
+            [],  # the prompt is the history's (stored or not): nothing new to add
+            context=self.context,
+            max_turns=self.max_turns,
+            run_config=steering(session, self.run_config),
+            session=session,
+        )
+        try:
+            result, stopped = await until_stopped(turn, run)
+        except asyncio.CancelledError:
+            raise
+        except MaxTurnsExceeded as exc:
+            return Outcome("max_steps", error=str(exc))
+        except Exception as exc:
+            return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+        if stopped or result is None:
+            return Outcome("stopped")
+        return Outcome("completed", str(result.final_output))

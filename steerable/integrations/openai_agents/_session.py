@@ -1,0 +1,170 @@
+"""The SDK's ``Session`` over a steerable store, and the step where a run takes steers.
+
+One object plays both parts, because both write the same transcript:
+
+- As the SDK's session (``get_items``, ``add_items``) it keeps the run's items verbatim.
+  The runner calls ``add_items`` with a turn's items before it builds the next request, and
+  with the final answer's at the end; each call stores what is new, taking no steer.
+- As the run's step (:meth:`SteerableSession.filter`, the ``call_model_input_filter`` that
+  :func:`steering` puts in the run config) it stores whatever the request holds beyond
+  what is stored and takes the waiting steers, in one atomic call (:class:`Steps`).
+
+The SDK rebuilds each request's input from its own lists, which never hold a steer: the
+filter puts every steer it took back into every later request, right after the item it
+followed. A request whose input does not extend the items this session knows is not the
+run's own: a nested run (an agent used as a tool, which runs with the outer run config),
+or a request after a handoff whose ``input_filter`` rewrote the history. Such a request
+takes no steer, stores nothing, and goes to the user's own filter unchanged.
+
+The store is append-only, so ``pop_item`` and ``clear_session`` are refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from agents import RunConfig, TResponseInputItem
+from agents.memory import SessionSettings
+from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
+
+from steerable.errors import UsageError
+from steerable.integrations._steps import Steps
+from steerable.integrations.openai_agents._items import same_item, to_item, to_message
+from steerable.messages import Message
+from steerable.session import Session
+from steerable.store import check_count
+
+__all__ = ["SteerableSession", "steering"]
+
+
+class SteerableSession:
+    """The OpenAI Agents SDK ``Session`` protocol over a steerable :class:`Session`.
+
+    ``steers`` is how many steers one run may take. ``history``, when given, is the
+    transcript to start from instead of reading the store (the service's turn: it may end
+    with a prompt not stored yet, which the first step stores). One run at a time.
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self, session: Session, *, steers: int = 16, history: Sequence[Message] | None = None
+    ) -> None:
+        if not isinstance(session, Session):
+            raise UsageError(f"SteerableSession wraps a steerable Session, not {session!r}")
+        self.session = session
+        self.session_id = session.id
+        self.steers = check_count(steers, "steers")
+        self._history = None if history is None else list(history)
+        self._steps: Steps | None = None
+        self._view: list[Any] = []  # the items as the SDK knows them (no steer of this run)
+        self._given = 0  # how many of them the SDK handed over (get_items, add_items)
+        self._stored = 0  # how many of them are stored
+        self._steered: list[tuple[int, TResponseInputItem]] = []  # (after item n, steer)
+
+    def __repr__(self) -> str:
+        return f"SteerableSession({self.session!r}, taken={len(self.taken)})"
+
+    @property
+    def taken(self) -> list[Message]:
+        """The steered messages the current run took, in order."""
+        return [] if self._steps is None else list(self._steps.taken)
+
+    async def _load(self) -> None:
+        if self._history is not None:
+            messages, self._history = self._history, None
+        else:
+            messages = await self.session.messages()
+        self._steps = Steps(self.session, messages, steers=self.steers)
+        self._view = [to_item(m) for m in messages]
+        self._given = self._stored = len(self._view)
+        self._steered = []
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The stored transcript as input items (the latest ``limit``), steers in place.
+
+        Each call starts a run's bookkeeping afresh: the runner calls it as a run starts.
+        """
+        await self._load()
+        items = copy.deepcopy(self._view)
+        return items if limit is None else items[len(items) - limit :] if limit else []
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Store the items the runner hands over, skipping those a step stored already."""
+        if self._steps is None:
+            await self._load()
+        for item in items:
+            if self._given == len(self._view):
+                self._view.append(copy.deepcopy(item))
+            self._given += 1
+        await self._save(take=False)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Refused: a steerable store is append-only (a transcript is never rewritten)."""
+        raise UsageError("a steerable store is append-only: pop_item cannot remove an item")
+
+    async def clear_session(self) -> None:
+        """Refused: a steerable store is append-only; start a new session id instead."""
+        raise UsageError("a steerable store is append-only: use a new session id to start over")
+
+    async def _save(self, *, take: bool) -> list[Message]:
+        assert self._steps is not None
+        new = [to_message(item) for item in self._view[self._stored :]]
+        taken: list[Message] = []
+        if take:
+            taken = await self._steps.step(new)
+        else:
+            await self._steps.save(new)
+        self._stored = len(self._view)
+        return taken
+
+    def _ours(self, items: Sequence[object]) -> bool:
+        view = self._view
+        return len(items) >= len(view) and all(map(same_item, items, view))
+
+    async def step(self, data: CallModelData[Any]) -> ModelInputData:
+        """The run's step: store what the request adds, take steers, splice them all in."""
+        if self._steps is None:
+            await self._load()
+        model_data = data.model_data
+        items = list(model_data.input)
+        if not self._ours(items):
+            return model_data
+        self._view.extend(copy.deepcopy(items[len(self._view) :]))
+        for message in await self._save(take=True):
+            self._steered.append((len(self._view), {"role": "user", "content": message.text}))
+        spliced: list[TResponseInputItem] = []
+        steered = iter(self._steered)
+        following = next(steered, None)
+        for index, item in enumerate([*items, None]):
+            while following is not None and following[0] == index:
+                spliced.append(copy.deepcopy(following[1]))
+                following = next(steered, None)
+            if item is not None:
+                spliced.append(item)
+        return ModelInputData(input=spliced, instructions=model_data.instructions)
+
+
+def steering(session: SteerableSession, run_config: RunConfig | None = None) -> RunConfig:
+    """``run_config`` (or a default one) whose requests take ``session``'s steers.
+
+    Run with ``Runner.run(agent, input, run_config=..., session=session)``. The config's own
+    ``call_model_input_filter`` still runs, after the step, on the input with the steers.
+    """
+    if not isinstance(session, SteerableSession):
+        raise UsageError(f"steering takes a SteerableSession, not {type(session).__name__}")
+    base = run_config if run_config is not None else RunConfig()
+    own: CallModelInputFilter | None = base.call_model_input_filter
+
+    async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
+        model_data = await session.step(data)
+        if own is None:
+            return model_data
+        result = own(dataclasses.replace(data, model_data=model_data))
+        return await result if inspect.isawaitable(result) else result
+
+    return dataclasses.replace(base, call_model_input_filter=call_model_input_filter)
