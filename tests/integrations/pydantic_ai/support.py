@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from pydantic_ai.messages import (
@@ -19,7 +19,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-Reply = ModelResponse | Callable[[list[ModelMessage]], ModelResponse]
+Reply = ModelResponse | Callable[[list[ModelMessage]], Awaitable[ModelResponse]]
+"""A scripted reply: a response, or a coroutine function that gives one for a request."""
 
 # Opens the test's SQLite file in a process of its own and steers the session there.
 STEER = """
@@ -61,12 +62,12 @@ class Script:
         self.requests: list[list[ModelMessage]] = []
         self.model = FunctionModel(self._answer)
 
-    def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         self.requests.append(list(messages))
         if len(self.requests) > len(self.replies):
             raise AssertionError(f"request {len(self.requests)} has no scripted reply")
         reply = self.replies[len(self.requests) - 1]
-        return reply if isinstance(reply, ModelResponse) else reply(list(messages))
+        return reply if isinstance(reply, ModelResponse) else await reply(list(messages))
 
     def views(self) -> list[list[str]]:
         """Each request as :func:`view` shows it."""
