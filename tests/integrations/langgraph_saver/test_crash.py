@@ -1,0 +1,89 @@
+"""SIGKILL in the middle of writes: the reopened saver gives the last whole checkpoint.
+
+A child process (``writer.py``) writes checkpoints to a SQLite file as fast as it can and
+prints each one once its ``aput`` returned; the test kills it with SIGKILL after some lines,
+wherever it is, or the writer kills itself inside its N-th save, after the store stored it
+(a saver that split a put into two saves fails there: the half stored reads back torn).
+Reopened, the thread's latest checkpoint is the last one printed or the one after (stored,
+killed before its line), holding exactly the messages of its step; every checkpoint listed
+is whole, and no record is torn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from langchain_core.runnables import RunnableConfig
+
+from steerable.integrations.langgraph._saver import SteerableSaver
+from steerable.stores.sqlite import SQLiteStore
+from tests.integrations.langgraph_saver.writer import THREAD, messages_at
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+async def _kill(path: Path, lines: int, die_after: int) -> int:
+    """Run the writer until ``lines`` lines (then SIGKILL) or its own death; the last step."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.integrations.langgraph_saver.writer",
+        str(path),
+        str(die_after),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert child.stdout is not None
+    last = -1
+    try:
+        for _ in range(lines):
+            line = await asyncio.wait_for(child.stdout.readline(), 30)
+            if not line:  # it killed itself
+                break
+            assert line.startswith(b"stored "), line
+            last = int(line.split()[1])
+    finally:
+        if child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signal.SIGKILL)
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+    return last
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lines", "die_after"), [(7, 0), (40, 0), (10**6, 1), (10**6, 4), (10**6, 9)]
+)
+async def test_a_killed_writer_leaves_the_last_whole_checkpoint(
+    lines: int, die_after: int, tmp_path: Path
+) -> None:
+    """After the kill: latest is the last printed (or the next), whole; all listed whole."""
+    path = tmp_path / "crash.db"
+    last = await _kill(path, lines, die_after)
+    async with SQLiteStore(path) as store:
+        saver = SteerableSaver(store)
+        config: RunnableConfig = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
+        latest = await saver.aget_tuple(config)
+        assert latest is not None
+        step = latest.metadata["step"]
+        assert step in (last, last + 1)
+        assert latest.checkpoint["channel_values"] == {"messages": messages_at(step), "step": step}
+        assert [w[2] for w in latest.pending_writes or []] in ([], [f"write {step}"])
+        listed = [t async for t in saver.alist(config)]
+        assert [t.metadata["step"] for t in listed] == list(range(step, -1, -1))
+        for tup in listed:
+            at = tup.metadata["step"]
+            assert tup.checkpoint["channel_values"] == {"messages": messages_at(at), "step": at}
+        # and the thread goes on: the next put extends the log the dead writer left
+        checkpoint = dict(latest.checkpoint)
+        checkpoint["id"] = "~after-the-crash"  # sorts after every uuid6 id
+        await saver.aput(latest.config, checkpoint, {"step": step + 1}, {})  # type: ignore[arg-type]
+        again = await SteerableSaver(store).aget_tuple(config)
+        assert again is not None and again.metadata["step"] == step + 1
+        assert again.checkpoint["channel_values"]["messages"] == messages_at(step)
