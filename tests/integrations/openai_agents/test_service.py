@@ -197,3 +197,22 @@ async def _asked(group: Replicas, count: int) -> bool:
 async def _answered(replica: Any) -> bool:
     view = await replica.call("turn", session="s", id="p")
     return view is not None and view["state"] == "completed" and bool(json.dumps(view))
+
+
+@pytest.mark.slow
+async def test_the_example_shows_a_steer_landing_mid_run(tmp_path: Path) -> None:
+    example = ROOT / "examples" / "integrations" / "openai_agents_steering.py"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, str(example), str(tmp_path / "trip.db"), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await child.communicate()
+    assert child.returncode == 0
+    lines = out.decode().splitlines()
+    request = lines[
+        lines.index("the second model request:") + 1 : lines.index("stored in the session:") - 1
+    ]
+    assert request[-2:] == [
+        "  tool output: 3 flights to Lisbon: 08:10, 12:45, 19:30",
+        "  user: only morning flights, please",
+    ]
+    assert "  user [steer]: only morning flights, please" in lines
