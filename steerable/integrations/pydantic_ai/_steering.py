@@ -59,7 +59,11 @@ class Steering(AbstractCapability[Any]):
         self.steps = Steps(session, stored, steers=steers)
         self.history: list[ModelMessage] = history(stored)
         """The Pydantic AI history of ``stored``: the run's ``message_history``."""
-        self._anchor: ModelMessage | None = self.history[-1] if self.history else None
+        # Pydantic AI starts a run from a cleaned copy of its history (adjacent requests merged,
+        # a trailing request re-sent as a new one), keeping the parts: what holds only these
+        # parts is stored already. After the first step, the last message stored marks the place.
+        self._stored_parts = {id(p) for m in self.history for p in m.parts}
+        self._anchor: ModelMessage | None = None
         self._prompt_id = prompt_id
         self._prompt_open = True  # the run's first new request may still be its prompt
         self._started = False
@@ -138,8 +142,9 @@ class Steering(AbstractCapability[Any]):
 
     def _new(self, messages: list[ModelMessage]) -> tuple[list[Message], ModelMessage | None]:
         """The records of what ``messages`` has after the last message stored, and its new end."""
-        start = 0
-        if self._anchor is not None:
+        if self._anchor is None:
+            start = _after_history(messages, self._stored_parts)
+        else:
             start = _index(messages, self._anchor) + 1
         taken = {m.id for m in self.steps.taken}
         new: list[Message] = []
@@ -149,6 +154,14 @@ class Steering(AbstractCapability[Any]):
             prompt = self._prompt_open and not new and _says(message)
             new.append(record(message, id=self._prompt_id if prompt else None, prompt=prompt))
         return new, (messages[-1] if messages else self._anchor)
+
+
+def _after_history(messages: list[ModelMessage], stored: set[int]) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        parts = messages[index].parts
+        if parts and all(id(p) in stored for p in parts):
+            return index + 1
+    return 0
 
 
 def _index(messages: list[ModelMessage], anchor: ModelMessage) -> int:
