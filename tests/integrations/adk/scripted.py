@@ -8,7 +8,7 @@ the model records every request's contents (as plain dicts), in memory and, when
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +35,30 @@ def say(text: str) -> LlmResponse:
 class ScriptedLlm(BaseLlm):
     """Answers each request with the next reply of ``script`` and records the request.
 
-    Past the script's end it answers ``"(end of script)"``.
+    Past the script's end it answers ``"(end of script)"``. ``hook``, when set, is awaited
+    with the request's index before each reply (a test holds a reply there).
     """
 
     script: list[LlmResponse] = Field(default_factory=list)
     requests: list[list[dict[str, Any]]] = Field(default_factory=list)
     record_to: str | None = None
+    replica: str = ""
+    hook: Callable[[int], Awaitable[None]] | None = None
+
+    def record(self, contents: list[dict[str, Any]]) -> None:
+        """Keep a request's contents, and append them to ``record_to`` when it is set."""
+        self.requests.append(contents)
+        if self.record_to is not None:
+            _append(self.record_to, json.dumps({"replica": self.replica, "contents": contents}))
 
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
         """Record ``llm_request`` and yield the next scripted reply."""
         contents = [c.model_dump(mode="json", exclude_none=True) for c in llm_request.contents]
-        self.requests.append(contents)
-        if self.record_to is not None:
-            _append(self.record_to, json.dumps(contents))
+        self.record(contents)
+        if self.hook is not None:
+            await self.hook(len(self.requests) - 1)
         reply = self.script.pop(0) if self.script else say("(end of script)")
         yield reply.model_copy(deep=True)
 
@@ -59,11 +68,12 @@ def _append(path: str, line: str) -> None:
         file.write(line + "\n")
 
 
-def recorded(path: Path) -> list[list[dict[str, Any]]]:
-    """The requests a model recorded to ``path`` (none when it made none)."""
+def recorded(path: Path) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The requests models recorded to ``path``: each one's replica and contents."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [(line["replica"], line["contents"]) for line in lines]
 
 
 def texts_of(contents: list[dict[str, Any]]) -> list[str]:
