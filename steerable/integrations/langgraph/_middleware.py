@@ -14,10 +14,11 @@ steers go back to the graph as ``HumanMessage`` objects whose id is the steer's 
 Hooking ``wrap_model_call`` instead, or returning a ``Command``, would put them after the
 model's reply, between a tool call and its result: a transcript providers refuse.
 
-The graph's own checkpointer (any) still holds the graph's state. If the process dies
-after a take was stored and before the checkpoint that has the steer, the retried step
-finds the steer in the stored transcript, missing from the state, and returns it again:
-``add_messages`` places it once, and the store never gives it twice.
+The graph's own checkpointer (any, or none) still holds the graph's state. If the process
+dies after a step was stored and before the checkpoint that has it, the retried step
+finds in the stored transcript what the state lacks and returns it: a steer taken is
+given back under its id (``add_messages`` places it once; the store never gives it
+twice), and a step the graph ran again is replaced by the stored one (the store wins).
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
-from langchain_core.messages import AnyMessage
+from langchain_core.messages import AnyMessage, RemoveMessage
 from langgraph.runtime import Runtime
 
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps
-from steerable.integrations.langgraph._records import steer_message, to_stored, unanswered_tail
+from steerable.integrations.langgraph._records import (
+    from_stored,
+    steer_message,
+    to_stored,
+    unanswered_tail,
+)
 from steerable.messages import Message
 from steerable.session import Session
 from steerable.store import check_count
@@ -91,17 +97,17 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Store what the graph added and take the waiting steers, in one store call."""
-        messages = state["messages"]
+        messages = list(state["messages"])
         steps = await self._begin()
-        # Steers an earlier attempt of this step took, whose checkpoint was lost with it.
-        again = _lost(steps.stored, {m.id for m in messages if m.id is not None})
-        new = self._new(messages)
+        # What the store holds past the graph's state: an earlier attempt's step whose
+        # checkpoint was lost with its process.
+        dropped, behind = _behind(steps.stored, messages)
+        new = self._new([m for m in messages if m.id not in dropped])
         taken = await steps.step(new)
         self._ids.update(m.id for m in [*new, *taken])
-        back = again + taken
-        if not back:
-            return None
-        return {"messages": [steer_message(m) for m in back]}
+        back: list[Any] = [RemoveMessage(id=id) for id in dropped]
+        back += from_stored(behind) + [steer_message(m) for m in taken]
+        return {"messages": back} if back else None
 
     async def aafter_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
@@ -131,18 +137,27 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return [to_stored(m) for m in messages if m.id not in self._ids]
 
 
-def _lost(stored: Sequence[Message], in_state: set[str]) -> list[Message]:
-    """The steers stored after the last stored message the state has, missing from it.
+def _behind(
+    stored: Sequence[Message], messages: Sequence[AnyMessage]
+) -> tuple[list[str], list[Message]]:
+    """What the graph's state lacks of the store: (ids to drop from it, stored messages).
 
-    Only a take whose step's checkpoint was lost leaves any: the state the retried step
-    gets is the one that step was given, so what follows it in the store is that take.
-    A state that has none of the stored messages (a fresh thread) gets none back.
+    The anchor is the state's last message that is stored. What the store has after it
+    was stored by a step the state never saw: a crash lost that step's checkpoint. If it
+    is only steers (the process died between a take and the checkpoint), they are given
+    back. If it is more (the graph ran the step again, so its replies and tool results
+    have new ids), the store wins: the state's messages after the anchor are dropped and
+    the stored ones put in their place. A state with none of the stored messages (a
+    fresh thread) gets nothing.
     """
-    last = -1
-    for index in range(len(stored) - 1, -1, -1):
-        if stored[index].id in in_state:
-            last = index
-            break
-    if last < 0:
-        return []
-    return [m for m in stored[last + 1 :] if m.steered and m.id not in in_state]
+    ids = {m.id for m in stored}
+    anchor = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].id in ids), -1)
+    if anchor < 0:
+        return [], []
+    at = next(i for i, m in enumerate(stored) if m.id == messages[anchor].id)
+    tail = list(stored[at + 1 :])
+    in_state = {m.id for m in messages}
+    if all(m.steered for m in tail):
+        return [], [m for m in tail if m.id not in in_state]
+    dropped = [m.id for m in messages[anchor + 1 :] if m.id is not None]
+    return dropped, tail

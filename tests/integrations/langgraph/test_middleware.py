@@ -8,14 +8,17 @@ its own checkpointer.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from langchain.agents import create_agent
 from langchain.agents.middleware.types import InputAgentState
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import add_messages
+from langgraph.runtime import Runtime
 
-from steerable.integrations.langgraph import SteeringMiddleware
+from steerable.integrations.langgraph import SteeringMiddleware, to_stored
 from steerable.session import Session
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.langgraph.chat import ScriptedChat, valid
@@ -111,3 +114,31 @@ async def test_a_steer_during_the_final_answer_waits_for_the_next_run(tmp_path: 
     assert model.requests[-1][-1].text == "worked"
     final = model.requests[-1]
     assert isinstance(final[-2], AIMessage) and valid(final)
+
+
+async def test_a_step_the_graph_ran_again_after_a_lost_checkpoint_is_replaced_by_the_stored_one(
+    tmp_path: Path,
+) -> None:
+    # The store has a step (a reply, its tool result, a steer taken) the checkpoint lost;
+    # the graph ran it again, so its reply and result carry new ids: the store wins.
+    call = {"name": "work", "args": {}, "id": "call-1", "type": "tool_call"}
+    prompt = HumanMessage("plan my week", id="p")
+    ran = [AIMessage("", tool_calls=[call], id="a1"), ToolMessage("worked", tool_call_id="call-1")]
+    ran[1].id = "t1"
+    again = [
+        AIMessage("", tool_calls=[call], id="a2"),
+        ToolMessage("worked", tool_call_id="call-1"),
+    ]
+    again[1].id = "t2"
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session("s", store)
+        await session.steer("skip friday", id="k")
+        await session.save([to_stored(m) for m in [prompt, *ran]], take=1)
+        steering = SteeringMiddleware(Session("s", store))
+        state: Any = {"messages": [prompt, *again]}
+        update = await steering.abefore_model(state, Runtime())
+        stored = await session.messages()
+    assert update is not None
+    merged: Any = add_messages(state["messages"], update["messages"])
+    assert ids(merged) == ["p", "a1", "t1", "k"] == [m.id for m in stored]
+    assert valid(merged)
