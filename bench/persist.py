@@ -51,6 +51,7 @@ from typing import Any, Literal, Protocol
 
 from bench._common import Payloads, machine, mean, median, micros, ratio, size, table, written
 from bench._naive import NaiveMongo, NaiveMySQL, NaivePostgres, NaiveSQLite, NaiveStore
+from bench._persist_saver import SAVER, steerable_saver
 from bench._servers import (
     Database,
     Unavailable,
@@ -355,6 +356,10 @@ async def sqlite_backend(synchronous: str) -> AsyncIterator[Backend]:
             return LangGraph(AsyncSqliteSaver(conn, serde=langgraph_serde()))
 
         await backend.add_async("LangGraph (langgraph-checkpoint-sqlite)", langgraph)
+        saver_store = SQLiteStore(root / "saver.db", synchronous=mode)
+        await backend.add_async(
+            SAVER, lambda: steerable_saver(stack, saver_store, LangGraph, langgraph_serde())
+        )
 
         def agents() -> System:
             from agents import SQLiteSession
@@ -429,7 +434,7 @@ async def postgres_backend() -> AsyncIterator[Backend]:
         backend = Backend("Postgres")
         pool = await postgres_pool(db, 2)
         stack.push_async_callback(pool.close)
-        backend.systems.append(Steerable(await steerable_postgres(pool)))
+        backend.systems.append(Steerable(ours := await steerable_postgres(pool)))
         naive = NaivePostgres(pool)
         await naive.setup()
         backend.systems.append(Naive(naive))
@@ -449,6 +454,9 @@ async def postgres_backend() -> AsyncIterator[Backend]:
             return LangGraph(saver)
 
         await backend.add_async("LangGraph (langgraph-checkpoint-postgres)", langgraph)
+        await backend.add_async(
+            SAVER, lambda: steerable_saver(stack, ours, LangGraph, langgraph_serde())
+        )
         await backend.add_async(
             "Agents SDK (SQLAlchemySession, asyncpg)",
             lambda: _agents_sqlalchemy(stack, db.url("postgresql+asyncpg")),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import random
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
@@ -50,7 +51,8 @@ __all__ = ["SteerableSaver"]
 
 T = TypeVar("T")
 
-_ATTEMPTS = 8  # saves lost to other writers before giving up: each one reloads the thread
+_ATTEMPTS = 16  # saves lost to other writers before giving up: each one reloads the thread
+_BACKOFF = 0.002  # seconds: the first pause after a lost save, doubled each time, jittered
 
 Build = Callable[[ThreadLog], tuple[list[Message], list[tuple[str, str, str, list[Any]]]]]
 
@@ -418,13 +420,16 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             log = self._logs.get(session)
             if log is None:
                 log = await self._load(session)
-            for _ in range(_ATTEMPTS):
+            for attempt in range(_ATTEMPTS):
                 records, lists = build(log)
                 if not records:
                     return
                 try:
                     await self.store.save(session, records, at=log.length)
                 except TranscriptConflict:
+                    # a writer that reloads while the other keeps writing loses every time:
+                    # a random pause lets one of them through
+                    await asyncio.sleep(random.uniform(0, _BACKOFF * 2 ** min(attempt, 8)))
                     log = await self._load(session)
                     continue
                 except BaseException:
