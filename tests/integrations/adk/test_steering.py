@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from google.adk.agents import LlmAgent
+import pytest
+from google.adk.agents import LlmAgent, SequentialAgent
 from google.adk.apps import App
 from google.adk.runners import Runner
 from google.genai import types
@@ -107,3 +108,35 @@ async def test_a_steer_sent_during_a_tool_call_is_in_the_next_request_once_in_pl
             e.content.model_dump(mode="json", exclude_none=True) for e in again.events if e.content
         ]
         assert texts_of(loaded) == [*texts_of(model.requests[2]), "Rome: sunny"]
+
+
+@pytest.mark.filterwarnings("ignore:SequentialAgent is deprecated:DeprecationWarning")
+async def test_under_a_workflow_root_the_plugin_takes_no_steer_and_stores_the_steps(
+    tmp_path: Path,
+) -> None:
+    async def lookup(city: str) -> str:
+        """The weather in ``city``."""
+        await service.session("s").steer("Rome instead", id="st-1")
+        return f"sunny in {city}"
+
+    model = ScriptedLlm(model="scripted", script=[call("lookup", "c1", city="Paris"), say("sunny")])
+    async with SQLiteStore(str(tmp_path / "adk.db")) as store:
+        service = SteerableSessionService(store)
+        step = LlmAgent(name="weather", model=model, tools=[lookup])
+        app = App(
+            name="app",
+            root_agent=SequentialAgent(name="flow", sub_agents=[step]),
+            plugins=[SteeringPlugin(service)],
+        )
+        runner = Runner(app=app, session_service=service)
+        await service.create_session(app_name="app", user_id="u", session_id="s")
+        async for _ in runner.run_async(
+            user_id="u", session_id="s", new_message=user_content("Paris?")
+        ):
+            pass
+        await runner.close()
+        stored = await service.session("s").messages()
+        waiting = await service.session("s").steers()
+    assert [texts_of(r) for r in model.requests] == [["Paris?"], ["Paris?", "call:c1", "result:c1"]]
+    assert [s.id for s in waiting] == ["st-1"]  # left for the next run
+    assert len(stored) == 5 and not any(m.steered for m in stored)  # header, prompt, 3 events
