@@ -84,6 +84,10 @@ class Native:
     ``"pydantic-ai"``, ``"langgraph"``, ``"adk"``), ``data`` is the record as that
     framework serialises it (JSON text, never parsed by steerable), and ``text`` is what a
     person reads of it (the listings, the HTTP API). steerable's own models skip it.
+
+    The service reads a stored turn that ends with an assistant message holding no
+    :class:`ToolCall` as answered; so an integration stores a reply's tool calls together
+    with their results (at the next step), never a call alone as the last message.
     """
 
     framework: str
@@ -126,6 +130,11 @@ class Message:
     def text(self) -> str:
         """The message's text parts, joined."""
         return "".join(p.text for p in self.parts if isinstance(p, Text))
+
+    @property
+    def readable(self) -> str:
+        """What a person reads of the message: its text, or its :class:`Native` records'."""
+        return "".join(p.text for p in self.parts if isinstance(p, Text | Native))
 
     @property
     def tool_calls(self) -> list[ToolCall]:

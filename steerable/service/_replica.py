@@ -355,5 +355,5 @@ def _answer(claim: Claim, messages: list[Message]) -> Outcome | None:
     mine = messages[claim.start :]
     answered = bool(mine) and mine[-1].role == "assistant" and not mine[-1].tool_calls
     if answered and any(m.id == claim.prompt.id for m in mine):
-        return Outcome("completed", mine[-1].text)
+        return Outcome("completed", mine[-1].readable)
     return None

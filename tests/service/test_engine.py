@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from steerable.messages import Message
+from steerable.messages import Message, Native
 from steerable.models.base import ModelRequest
-from steerable.service import Service
+from steerable.service import Service, Turn
 from steerable.service.demo import demo_agent
+from steerable.service_store import Outcome
 from steerable.stores.memory import MemoryStore
 
 
@@ -275,6 +276,33 @@ async def test_a_turn_answered_but_not_recorded_ended_is_recorded_by_the_next_ho
     assert done is not None and (done.state, done.text) == ("completed", "answered: go")
     assert seen.requests == [], "the answered turn was not run again"
     assert replica.counters.recorded_on_takeover == 1
+
+
+class _NativeAnswer:
+    """An agent that stores its answer as a framework's own record, as integrations do."""
+
+    steers_per_turn = 16
+    runs = 0
+
+    async def run_turn(self, turn: Turn) -> Outcome:
+        self.runs += 1
+        reply = Message("assistant", (Native("test", '{"kind":"answer"}', "native answer"),))
+        await turn.store_session.save([*turn.messages, reply])
+        return Outcome("completed", "native answer")
+
+
+async def test_a_stored_native_answer_is_the_recorded_answer_on_takeover() -> None:
+    store, agent = _EndLost(), _NativeAnswer()
+    loser = Service(store, agent, replica="loser", lease=0.4, poll=0.05)
+    async with loser.serving() as first_replica:
+        sent = await loser.send("s", "go")
+        await _until(lambda: _answered(store), "the answer saved")
+        await _until(lambda: _idle(first_replica), "the loser giving up on the end")
+    heir = Service(store, agent, replica="heir", poll=0.05)
+    async with heir.serving():
+        done = await heir.wait("s", sent.id, seconds=10)
+    assert done is not None and (done.state, done.text) == ("completed", "native answer")
+    assert agent.runs == 1, "the answered turn was not run again"
 
 
 async def _answered(store: MemoryStore) -> bool:
