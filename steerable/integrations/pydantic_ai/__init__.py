@@ -21,6 +21,7 @@ except ImportError as exc:
     ) from None
 
 from steerable.integrations.pydantic_ai._agent import PydanticAIAgent
+from steerable.integrations.pydantic_ai._conversations import SteerableConversationStore
 from steerable.integrations.pydantic_ai._records import (
     FRAMEWORK,
     STEER_KEY,
@@ -35,6 +36,7 @@ __all__ = [
     "FRAMEWORK",
     "STEER_KEY",
     "PydanticAIAgent",
+    "SteerableConversationStore",
     "Steering",
     "history",
     "model_message",
