@@ -5,6 +5,7 @@
   which join the graph's state in place (after every tool result) under their own ids.
 - :class:`LangGraphAgent`: a service agent that builds ``create_agent`` per turn over the
   turn's session; a ``graph=`` agent of your own takes no steer.
+- :class:`SteerableSaver`: a LangGraph checkpointer over any steerable store.
 
 The transcript keeps the prompt and each steer as steerable user messages and the graph's
 other messages verbatim, as langchain serialises them, in ``Native("langgraph", ...)``
@@ -24,7 +25,15 @@ except ImportError as exc:
 from steerable.integrations.langgraph._agent import LangGraphAgent
 from steerable.integrations.langgraph._middleware import SteeringMiddleware
 from steerable.integrations.langgraph._records import FRAMEWORK, from_stored, to_stored
+from steerable.integrations.langgraph._saver import SteerableSaver
 
-__all__ = ["FRAMEWORK", "LangGraphAgent", "SteeringMiddleware", "from_stored", "to_stored"]
+__all__ = [
+    "FRAMEWORK",
+    "LangGraphAgent",
+    "SteerableSaver",
+    "SteeringMiddleware",
+    "from_stored",
+    "to_stored",
+]
 
 del langchain, langgraph
