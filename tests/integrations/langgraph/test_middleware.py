@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware.types import InputAgentState
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -18,7 +19,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph.message import add_messages
 from langgraph.runtime import Runtime
 
-from steerable.integrations.langgraph import SteeringMiddleware, to_stored
+from steerable.errors import UsageError
+from steerable.integrations.langgraph import SteeringMiddleware, from_stored, to_stored
 from steerable.session import Session
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.langgraph.chat import ScriptedChat, valid
@@ -142,3 +144,19 @@ async def test_a_step_the_graph_ran_again_after_a_lost_checkpoint_is_replaced_by
     merged: Any = add_messages(state["messages"], update["messages"])
     assert ids(merged) == ["p", "a1", "t1", "k"] == [m.id for m in stored]
     assert valid(merged)
+
+
+async def test_a_sync_invoke_is_refused_with_our_usage_error(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        middleware = SteeringMiddleware(Session("s", store))
+        agent = create_agent(ScriptedChat(), [work_tool()], middleware=[middleware])
+        with pytest.raises(UsageError, match="ainvoke"):
+            agent.invoke(_prompt("hi", "p"))
+        assert await store.messages("s") == []
+
+
+def test_a_tool_artifact_that_is_not_json_is_kept_as_its_str() -> None:
+    message = ToolMessage("done", tool_call_id="c", artifact=Path("out.bin"), id="t")
+    (back,) = from_stored([to_stored(message)])
+    assert isinstance(back, ToolMessage) and back.id == "t" and back.content == "done"
+    assert back.artifact == "out.bin"
