@@ -1,7 +1,8 @@
 """LangGraph's own conformance suite (``langgraph-checkpoint-conformance``), unmodified.
 
 Its ``validate`` runs one capability's cases against a saver its factory builds; here each
-(store, capability) pair is one pytest test. The base capabilities (put, put_writes,
+(store, capability) pair is one pytest test, on all five stores (memory, SQLite, Postgres,
+MySQL/MariaDB, MongoDB on SecantusDB: ``stores.py``). The base capabilities (put, put_writes,
 get_tuple, list, delete_thread) must pass on every store; copy_thread and prune are
 implemented and must pass too; delete_for_runs needs a listing of threads across the store,
 which steerable's Store does not give, so the saver does not provide it and the suite
@@ -26,9 +27,12 @@ IMPLEMENTED = {c.value for c in Capability} - {Capability.DELETE_FOR_RUNS.value}
 
 @pytest.mark.parametrize("capability", sorted(c.value for c in Capability))
 @pytest.mark.parametrize("kind", KINDS)
-async def test_the_conformance_suite(kind: str, capability: str, tmp_path: Path) -> None:
+async def test_the_conformance_suite(
+    kind: str, capability: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """One capability of LangGraph's suite on one store: passed, or (delete_for_runs) absent."""
-    async with open_store(kind, tmp_path) as store:
+    uri = request.getfixturevalue("saver_mongo_uri") if kind == "mongodb" else None
+    async with open_store(kind, tmp_path, uri) as store:
 
         @checkpointer_test(name=f"SteerableSaver on {kind}")
         async def factory() -> AsyncGenerator[SteerableSaver, None]:
