@@ -13,12 +13,14 @@ import asyncio
 import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agents import Agent, TResponseInputItem, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from steerable.integrations.openai_agents import OpenAIAgentsAgent
+from tests.service.replicas import until
 
 set_tracing_disabled(True)  # nothing to export to: no key, no network
 
@@ -92,7 +94,7 @@ def _turn(items: Sequence[Any]) -> list[Any]:
     return list(items[last + 1 :])
 
 
-def _responder(replica: str, path: str | None, calls: int) -> Any:
+def _responder(replica: str, path: str | None, calls: int, *, gated: bool = False) -> Any:
     def respond(call: ModelCall) -> list[Any]:
         items: list[TResponseInputItem] = list(call.input)
         mine = _turn(items)
@@ -103,7 +105,8 @@ def _responder(replica: str, path: str | None, calls: int) -> Any:
                 file.write(json.dumps(line) + "\n")
         done = sum(1 for i in mine if i.get("type") == "function_call_output")
         if done < calls:
-            return [function_call("work", {}, call_id=f"{replica}-{os.urandom(4).hex()}")]
+            arguments = {"gate": done} if gated else {}  # the gate of the turn's call number
+            return [function_call("work", arguments, call_id=f"{replica}-{os.urandom(4).hex()}")]
         return [assistant_message("answered: " + " | ".join(texts))]
 
     return respond
@@ -121,5 +124,26 @@ def replica_agent(args: argparse.Namespace) -> OpenAIAgentsAgent:
         return "worked"
 
     respond = _responder(args.replica, args.requests, int(args.calls))
+    model = ScriptedModel([ModelStep.respond(respond) for _ in range(10_000)])
+    return OpenAIAgentsAgent(Agent(name="worker", model=model, tools=[work]), max_turns=10)
+
+
+def gated_agent(args: argparse.Namespace) -> OpenAIAgentsAgent:
+    """``--agent tests.integrations.openai_agents.support:gated_agent``: like
+    :func:`replica_agent`, but the turn's call ``n`` returns only once the test has made the
+    file ``gate-<n>`` beside the requests file (so a test knows which call a kill lands in)."""
+    gates = Path(args.requests).parent
+
+    @function_tool
+    async def work(gate: int) -> str:
+        """Work until the test opens this call's gate."""
+
+        async def opened() -> bool:
+            return (gates / f"gate-{gate}").exists()
+
+        await until(opened, f"gate {gate} opened", seconds=600)  # a file: the test is elsewhere
+        return "worked"
+
+    respond = _responder(args.replica, args.requests, int(args.calls), gated=True)
     model = ScriptedModel([ModelStep.respond(respond) for _ in range(10_000)])
     return OpenAIAgentsAgent(Agent(name="worker", model=model, tools=[work]), max_turns=10)

@@ -11,7 +11,6 @@ import asyncio
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -155,18 +154,6 @@ async def test_a_run_killed_after_its_step_took_a_steer_is_retried_with_it_once(
 
 
 # -- three replicas on Postgres ----------------------------------------------------------------
-
-
-@pytest.fixture
-async def postgres_url() -> AsyncIterator[str]:
-    """A fresh Postgres database's URL, dropped after the test."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    from tests.stores.postgres.support import DSN, fresh_database
-
-    async with fresh_database("steerable_oa_") as name:
-        parts = urlsplit(DSN)
-        yield urlunsplit((parts.scheme, parts.netloc, f"/{name}", "", ""))
 
 
 @pytest.mark.slow
