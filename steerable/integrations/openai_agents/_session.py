@@ -5,7 +5,7 @@ One object plays both parts, because both write the same transcript:
 - As the SDK's session (``get_items``, ``add_items``) it keeps the run's items verbatim.
   The runner calls ``add_items`` with a turn's items before it builds the next request, and
   with the final answer's at the end; each call stores what is new, taking no steer.
-- As the run's step (:meth:`SteerableSession.filter`, the ``call_model_input_filter`` that
+- As the run's step (:meth:`SteerableSession.step`, the ``call_model_input_filter`` that
   :func:`steering` puts in the run config) it stores whatever the request holds beyond
   what is stored and takes the waiting steers, in one atomic call (:class:`Steps`).
 
@@ -15,6 +15,11 @@ followed. A request whose input does not extend the items this session knows is 
 run's own: a nested run (an agent used as a tool, which runs with the outer run config),
 or a request after a handoff whose ``input_filter`` rewrote the history. Such a request
 takes no steer, stores nothing, and goes to the user's own filter unchanged.
+
+A history cut to its latest items (``SessionSettings(limit=...)``) is the tail of those
+items: the step compares and splices from where the cut begins. The SDK hands each run's
+context to a session whose methods take ``wrapper``: a run that goes on after another run
+started on the same object fails at its next ``add_items`` with a :class:`UsageError`.
 
 The store is append-only, so ``pop_item`` and ``clear_session`` are refused.
 """
@@ -27,7 +32,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from agents import RunConfig, TResponseInputItem
+from agents import RunConfig, RunContextWrapper, TResponseInputItem
 from agents.memory import SessionSettings
 from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
 
@@ -46,7 +51,8 @@ class SteerableSession:
 
     ``steers`` is how many steers one run may take. ``history``, when given, is the
     transcript to start from instead of reading the store (the service's turn: it may end
-    with a prompt not stored yet, which the first step stores). One run at a time.
+    with a prompt not stored yet, which the first step stores). One run at a time: give
+    each concurrent run its own session id and object.
     """
 
     session_settings: SessionSettings | None = None
@@ -64,6 +70,8 @@ class SteerableSession:
         self._view: list[Any] = []  # the items as the SDK knows them (no steer of this run)
         self._given = 0  # how many of them the SDK handed over (get_items, add_items)
         self._stored = 0  # how many of them are stored
+        self._first = 0  # the view's index of a request's first item (a limited history)
+        self._run: RunContextWrapper[Any] | None = None  # the run get_items was last called by
         self._steered: list[tuple[int, TResponseInputItem]] = []  # (after item n, steer)
 
     def __repr__(self) -> str:
@@ -82,19 +90,33 @@ class SteerableSession:
         self._steps = Steps(self.session, messages, steers=self.steers)
         self._view = [to_item(m) for m in messages]
         self._given = self._stored = len(self._view)
+        self._first = 0  # the view's index of a request's first item
         self._steered = []
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> list[TResponseInputItem]:
         """The stored transcript as input items (the latest ``limit``), steers in place.
 
-        Each call starts a run's bookkeeping afresh: the runner calls it as a run starts.
+        Each call starts a run's bookkeeping afresh: the runner calls it as a run starts
+        (``wrapper`` is that run's context, which the SDK passes to a session that asks).
         """
         await self._load()
-        items = copy.deepcopy(self._view)
-        return items if limit is None else items[len(items) - limit :] if limit else []
+        self._run = wrapper
+        if limit is not None:  # a SessionSettings(limit=...) run: its requests start later on
+            self._first = max(0, len(self._view) - check_count(limit, "limit"))
+        return copy.deepcopy(self._view[self._first :])
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
+    async def add_items(
+        self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> None:
         """Store the items the runner hands over, skipping those a step stored already."""
+        if wrapper is not None and self._run is not None and wrapper is not self._run:
+            # another run called get_items since: this run's bookkeeping is gone
+            raise UsageError(
+                "a SteerableSession serves one run at a time, and another run started on it;"
+                " give each concurrent run its own session id and SteerableSession"
+            )
         if self._steps is None:
             await self._load()
         for item in items:
@@ -103,11 +125,13 @@ class SteerableSession:
             self._given += 1
         await self._save(take=False)
 
-    async def pop_item(self) -> TResponseInputItem | None:
+    async def pop_item(
+        self, *, wrapper: RunContextWrapper[Any] | None = None
+    ) -> TResponseInputItem | None:
         """Refused: a steerable store is append-only (a transcript is never rewritten)."""
         raise UsageError("a steerable store is append-only: pop_item cannot remove an item")
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
         """Refused: a steerable store is append-only; start a new session id instead."""
         raise UsageError("a steerable store is append-only: use a new session id to start over")
 
@@ -123,24 +147,28 @@ class SteerableSession:
         return taken
 
     def _ours(self, items: Sequence[object]) -> bool:
-        view = self._view
+        view = self._view[self._first :]
         return len(items) >= len(view) and all(map(same_item, items, view))
 
     async def step(self, data: CallModelData[Any]) -> ModelInputData:
         """The run's step: store what the request adds, take steers, splice them all in."""
-        if self._steps is None:
-            await self._load()
+        if self._steps is None:  # no run read this session: its items are not the run's
+            raise UsageError(
+                "steering(session) steers a run that keeps its items in that session:"
+                " pass session=<the same SteerableSession> to Runner.run"
+            )
         model_data = data.model_data
         items = list(model_data.input)
         if not self._ours(items):
             return model_data
-        self._view.extend(copy.deepcopy(items[len(self._view) :]))
+        first = self._first
+        self._view.extend(copy.deepcopy(items[len(self._view) - first :]))
         for message in await self._save(take=True):
             self._steered.append((len(self._view), {"role": "user", "content": message.text}))
         spliced: list[TResponseInputItem] = []
         steered = iter(self._steered)
         following = next(steered, None)
-        for index, item in enumerate([*items, None]):
+        for index, item in enumerate([*items, None], start=first):
             while following is not None and following[0] == index:
                 spliced.append(copy.deepcopy(following[1]))
                 following = next(steered, None)
