@@ -4,23 +4,21 @@ Each thread is one session of the store (``prefix`` + thread id) holding an appe
 log of checkpoint records (:mod:`._saver_log`). Each ``put`` and ``put_writes`` is one
 ``Store.save`` at the position the saver last saw, so it is atomic, and a writer that
 another process got ahead of gets a :class:`TranscriptConflict`, reloads the thread and
-builds its record again. The big list channel (the messages) is stored as the items each
-step added, so a step writes what it added, not the whole conversation as LangGraph's own
-savers do.
+builds its record again (:mod:`._saver_threads`). The big list channel (the messages) is
+stored as the items each step added, so a step writes what it added, not the whole
+conversation as LangGraph's own savers do.
 
 Reads keep a process-local copy of each thread's folded log. Before it is used, an empty
 save at its length checks that no other process wrote since (one statement); if one did,
-the thread is loaded again. So the copy is a cache, never a second truth.
+the thread is loaded again. So the copy is a cache, never a second truth. This module is
+LangGraph's interface: what each call stores and how a stored checkpoint reads back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import random
 import secrets
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -35,7 +33,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from steerable.errors import StoreError, TranscriptConflict, UsageError
+from steerable.errors import UsageError
 from steerable.integrations.langgraph._saver_log import (
     MISSING,
     Saved,
@@ -44,17 +42,13 @@ from steerable.integrations.langgraph._saver_log import (
     record,
     same,
 )
+from steerable.integrations.langgraph._saver_threads import Lists, Threads
 from steerable.messages import Message
-from steerable.store import Store, check_session_id
+from steerable.store import Store
 
 __all__ = ["SteerableSaver"]
 
 T = TypeVar("T")
-
-_ATTEMPTS = 16  # saves lost to other writers before giving up: each one reloads the thread
-_BACKOFF = 0.002  # seconds: the first pause after a lost save, doubled each time, jittered
-
-Build = Callable[[ThreadLog], tuple[list[Message], list[tuple[str, str, str, list[Any]]]]]
 
 
 class SteerableSaver(BaseCheckpointSaver[str]):
@@ -86,10 +80,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             raise UsageError(f"cache is an int >= 1, not {cache!r}")
         self.store = store
         self.prefix = prefix
-        self._cache = cache
-        self._logs: OrderedDict[str, ThreadLog] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads = Threads(store, prefix, cache)
 
     def __repr__(self) -> str:
         return f"SteerableSaver({self.store!r}, prefix={self.prefix!r})"
@@ -99,7 +90,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the latest)."""
         thread, ns, checkpoint_id = _address(config)
-        log = await self._read(thread)
+        log = await self._threads.read(thread)
         saved = log.find(ns, checkpoint_id)
         return None if saved is None else self._tuple(log, thread, ns, saved)
 
@@ -122,7 +113,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         wanted_ns = configurable.get("checkpoint_ns")
         wanted_id = configurable.get("checkpoint_id")
         bound = before["configurable"].get("checkpoint_id") if before else None
-        log = await self._read(thread)
+        log = await self._threads.read(thread)
         found = [
             (saved.id, ns, saved)
             for ns, saved_of_ns in log.checkpoints.items()
@@ -165,10 +156,10 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         }
         text = f"checkpoint {checkpoint['id']} step {metadata.get('step')} ns {ns!r}"
 
-        def build(log: ThreadLog) -> tuple[list[Message], list[tuple[str, str, str, list[Any]]]]:
+        def build(log: ThreadLog) -> tuple[list[Message], Lists]:
             base = log.find(ns, parent) if parent is not None else None
             entries: dict[str, Any] = {}
-            lists: list[tuple[str, str, str, list[Any]]] = []
+            lists: Lists = []
             for channel, version in new_versions.items():
                 key = str(version)
                 if channel not in values:
@@ -180,7 +171,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                     lists.append((ns, channel, key, list(value)))
             return [record({**head, "values": entries}, text)], lists
 
-        await self._write(thread, build)
+        await self._threads.write(thread, build)
         return {
             "configurable": {
                 "thread_id": thread,
@@ -212,13 +203,13 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             ],
         }
         message = record(body, f"{len(writes)} writes of task {task_id} at {checkpoint_id}")
-        await self._write(thread, lambda log: ([message], []))
+        await self._threads.write(thread, lambda log: ([message], []))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Forget the thread: a record after which its log reads as empty (no space freed)."""
         thread = _check_thread(thread_id)
         deleted = record({"kind": "deleted"}, "thread deleted")
-        await self._write(thread, lambda log: ([] if log.empty() else [deleted], []))
+        await self._threads.write(thread, lambda log: ([] if log.empty() else [deleted], []))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's latest checkpoint; ``delete``: forget all."""
@@ -229,7 +220,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                 await self.adelete_thread(thread_id)
                 continue
 
-            def build(log: ThreadLog) -> tuple[list[Message], list[Any]]:
+            def build(log: ThreadLog) -> tuple[list[Message], Lists]:
                 bodies = [
                     {"kind": "pruned", "ns": ns, "keep": [max(saved)]}
                     for ns, saved in log.checkpoints.items()
@@ -237,13 +228,13 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                 ]
                 return [record(b, f"pruned ns {b['ns']!r}") for b in bodies], []
 
-            await self._write(_check_thread(thread_id), build)
+            await self._threads.write(_check_thread(thread_id), build)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append the source thread's live checkpoints and writes to the target, in one save."""
-        source = await self._read(_check_thread(source_thread_id))
-        copies = self._replay(source)
-        await self._write(_check_thread(target_thread_id), lambda log: (list(copies), []))
+        source = await self._threads.read(_check_thread(source_thread_id))
+        copies = source.replay(self.serde)
+        await self._threads.write(_check_thread(target_thread_id), lambda log: (list(copies), []))
 
     # -- the sync interface: the async one, run on the saver's loop from another thread ---
 
@@ -338,115 +329,8 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             writes,
         )
 
-    def _replay(self, log: ThreadLog) -> builtins.list[Message]:
-        """Records that rebuild ``log``'s live state in another thread (for copy_thread)."""
-        messages: builtins.list[Message] = []
-        for ns, saved_of_ns in log.checkpoints.items():
-            for saved in sorted(saved_of_ns.values(), key=lambda s: s.id):
-                versions = saved.versions(self.serde)
-                entries: dict[str, Any] = {}
-                for channel, version in versions.items():
-                    value = log.value(self.serde, ns, channel, str(version))
-                    if value is not MISSING:
-                        entries[channel] = {
-                            "v": str(version),
-                            "full": pack(self.serde.dumps_typed(value)),
-                        }
-                body: dict[str, Any] = {
-                    "kind": "checkpoint",
-                    "ns": ns,
-                    "id": saved.id,
-                    "parent": saved.parent,
-                    "checkpoint": pack(saved.checkpoint),
-                    "metadata": pack(saved.metadata),
-                    "values": entries,
-                }
-                messages.append(record(body, f"checkpoint {saved.id} (copied)"))
-        for (ns, checkpoint_id), writes in log.writes.items():
-            for write in writes.values():
-                copied = {
-                    "kind": "writes",
-                    "ns": ns,
-                    "checkpoint": checkpoint_id,
-                    "task": write.task,
-                    "path": write.path,
-                    "writes": [[write.idx, write.channel, pack(write.value)]],
-                }
-                messages.append(record(copied, f"a write of task {write.task} (copied)"))
-        return messages
-
-    def _session(self, thread: str) -> str:
-        return check_session_id(self.prefix + thread)
-
-    def _lock(self, session: str) -> asyncio.Lock:
-        self._loop = asyncio.get_running_loop()
-        lock = self._locks.get(session)
-        if lock is None:
-            lock = self._locks[session] = asyncio.Lock()
-        return lock
-
-    async def _load(self, session: str) -> ThreadLog:
-        """The session's log, read and folded anew, and kept for the next call."""
-        self._logs.pop(session, None)
-        log = ThreadLog()
-        log.apply(await self.store.messages(session))
-        self._logs[session] = log
-        while len(self._logs) > self._cache:
-            evicted, _ = self._logs.popitem(last=False)
-            lock = self._locks.get(evicted)
-            if lock is not None and not lock.locked():
-                del self._locks[evicted]
-        return log
-
-    async def _read(self, thread: str) -> ThreadLog:
-        """The thread's log as stored now: the kept one if nobody wrote since, else reloaded."""
-        session = self._session(thread)
-        async with self._lock(session):
-            log = self._logs.get(session)
-            if log is not None:
-                try:
-                    await self.store.save(session, [], at=log.length)
-                except TranscriptConflict:
-                    pass
-                else:
-                    self._logs.move_to_end(session)
-                    return log
-            return await self._load(session)
-
-    async def _write(self, thread: str, build: Build) -> None:
-        """Append ``build(log)``'s records in one save; rebuilt on a conflict, a few times."""
-        session = self._session(thread)
-        async with self._lock(session):
-            log = self._logs.get(session)
-            if log is None:
-                log = await self._load(session)
-            for attempt in range(_ATTEMPTS):
-                records, lists = build(log)
-                if not records:
-                    return
-                try:
-                    await self.store.save(session, records, at=log.length)
-                except TranscriptConflict:
-                    # a writer that reloads while the other keeps writing loses every time:
-                    # a random pause lets one of them through
-                    await asyncio.sleep(random.uniform(0, _BACKOFF * 2 ** min(attempt, 8)))
-                    log = await self._load(session)
-                    continue
-                except BaseException:
-                    # stored whole or not at all, nobody knows which yet: read it next time
-                    self._logs.pop(session, None)
-                    raise
-                log.apply(records)
-                for ns, channel, key, items in lists:
-                    log.values[(ns, channel)] = (key, items)
-                self._logs.move_to_end(session)
-                return
-        raise StoreError(
-            f"thread {thread!r}: {_ATTEMPTS} saves in a row lost to other writers of its session"
-        )
-
     def _sync(self, work: Coroutine[Any, Any, T]) -> T:
-        loop = self._loop
+        loop = self._threads.loop
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:

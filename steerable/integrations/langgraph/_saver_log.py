@@ -239,6 +239,43 @@ class ThreadLog:
         self.values[(ns, channel)] = (version, items)
         return list(items)
 
+    def replay(self, serde: SerializerProtocol) -> list[Message]:
+        """Records that rebuild this log's live state in another thread (for copy_thread)."""
+        messages: list[Message] = []
+        for ns, saved_of_ns in self.checkpoints.items():
+            for saved in sorted(saved_of_ns.values(), key=lambda s: s.id):
+                versions = saved.versions(serde)
+                entries: dict[str, Any] = {}
+                for channel, version in versions.items():
+                    value = self.value(serde, ns, channel, str(version))
+                    if value is not MISSING:
+                        entries[channel] = {
+                            "v": str(version),
+                            "full": pack(serde.dumps_typed(value)),
+                        }
+                body: dict[str, Any] = {
+                    "kind": "checkpoint",
+                    "ns": ns,
+                    "id": saved.id,
+                    "parent": saved.parent,
+                    "checkpoint": pack(saved.checkpoint),
+                    "metadata": pack(saved.metadata),
+                    "values": entries,
+                }
+                messages.append(record(body, f"checkpoint {saved.id} (copied)"))
+        for (ns, checkpoint_id), writes in self.writes.items():
+            for write in writes.values():
+                copied = {
+                    "kind": "writes",
+                    "ns": ns,
+                    "checkpoint": checkpoint_id,
+                    "task": write.task,
+                    "path": write.path,
+                    "writes": [[write.idx, write.channel, pack(write.value)]],
+                }
+                messages.append(record(copied, f"a write of task {write.task} (copied)"))
+        return messages
+
 
 def _blob(entry: dict[str, Any]) -> Blob:
     if "full" in entry:
