@@ -1,14 +1,17 @@
 """The Pydantic AI agent the replica processes serve (``--agent`` of the replica script).
 
-``weather_agent(args)``: a FunctionModel that calls the ``work`` tool once per turn (it
-sleeps ``args.seconds``), then answers ``answered: PROMPT | STEER ...``; every request is
-appended to ``args.requests`` as a JSON line: ``replica`` and ``view`` (see support.view).
+``weather_agent(args)``: a FunctionModel that calls the ``work`` tool ``args.calls`` times a
+turn (it sleeps ``args.seconds``), then answers ``answered: PROMPT | STEER ...``; every
+request is appended to ``args.requests`` as a JSON line: ``replica``, ``resumed`` (the
+turn's :attr:`~steerable.service.Turn.resumed`), ``view`` (see support.view) and
+``problems`` (what a provider would refuse in it, see support.problems).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 
 from pydantic_ai import Agent
@@ -16,7 +19,11 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart, Us
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from steerable.integrations.pydantic_ai import PydanticAIAgent
-from tests.integrations.pydantic_ai.support import call, say, view
+from steerable.service import Turn
+from steerable.service_store import Outcome
+from tests.integrations.pydantic_ai.support import call, problems, say, view
+
+_resumed: contextvars.ContextVar[bool] = contextvars.ContextVar("resumed", default=False)
 
 
 def _asked(messages: list[ModelMessage]) -> list[str]:
@@ -31,17 +38,42 @@ def _asked(messages: list[ModelMessage]) -> list[str]:
     return texts
 
 
+def _returns(messages: list[ModelMessage]) -> int:
+    """The tool returns since the last answer: the calls this turn made so far."""
+    count = 0
+    for message in messages:
+        if isinstance(message, ModelResponse) and message.text:
+            count = 0
+        count += sum(isinstance(p, ToolReturnPart) for p in message.parts)
+    return count
+
+
+class _Recorded(PydanticAIAgent):
+    """PydanticAIAgent that lets the model's records say whether the turn was resumed."""
+
+    async def run_turn(self, turn: Turn) -> Outcome:
+        """The turn, with its ``resumed`` flag in the context the model runs in."""
+        _resumed.set(turn.resumed)
+        return await super().run_turn(turn)
+
+
 def weather_agent(args: argparse.Namespace) -> PydanticAIAgent:
     """The agent of one replica process."""
 
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if args.requests:
-            line = {"replica": args.replica, "view": view(messages)}
+            line = {
+                "replica": args.replica,
+                "resumed": _resumed.get(),
+                "view": view(messages),
+                "problems": problems(messages),
+            }
             with open(args.requests, "a", encoding="utf-8") as file:  # one line: atomic append
                 file.write(json.dumps(line) + "\n")
-        if any(isinstance(p, ToolReturnPart) for p in messages[-1].parts):
+        made = _returns(messages)
+        if made >= args.calls:
             return say("answered: " + " | ".join(_asked(messages)))
-        return call("work", f"call-{len(messages)}")
+        return call("work", f"call-{made + 1}")
 
     agent = Agent(FunctionModel(answer))
 
@@ -51,4 +83,4 @@ def weather_agent(args: argparse.Namespace) -> PydanticAIAgent:
         await asyncio.sleep(args.seconds)
         return "done"
 
-    return PydanticAIAgent(agent)
+    return _Recorded(agent)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from pydantic_ai.messages import (
+    SYNTHESIZED_TOOL_RETURN_METADATA_KEY,
     ModelMessage,
     ModelRequest,
     ModelResponse,
@@ -96,7 +97,8 @@ def view(messages: Sequence[ModelMessage]) -> list[str]:
 def problems(messages: Sequence[ModelMessage]) -> list[str]:
     """What a provider would refuse in a history: a tool call whose return is not in the very
     next request, a return that answers no call of the response before it, two responses in a
-    row, a history that starts with a response."""
+    row, a history that starts with a response. Also a return Pydantic AI made up (its repair
+    of a call left with none, before each request): the real return was lost."""
     found: list[str] = []
     calls: set[str] = set()
     previous: ModelMessage | None = None
@@ -109,6 +111,14 @@ def problems(messages: Sequence[ModelMessage]) -> list[str]:
             calls = {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
         else:
             returns = {p.tool_call_id for p in message.parts if isinstance(p, ToolReturnPart)}
+            made_up = [
+                p.tool_call_id
+                for p in message.parts
+                if isinstance(p, ToolReturnPart)
+                and (p.metadata or {}).get(SYNTHESIZED_TOOL_RETURN_METADATA_KEY)
+            ]
+            if made_up:
+                found.append(f"{index}: returns {sorted(made_up)} were made up by the repair")
             if returns - calls:
                 found.append(f"{index}: returns {sorted(returns - calls)} answer no call")
             calls -= returns
