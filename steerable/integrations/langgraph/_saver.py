@@ -38,6 +38,7 @@ from steerable.integrations.langgraph._saver_log import (
     MISSING,
     Saved,
     ThreadLog,
+    decode,
     pack,
     record,
     same,
@@ -319,7 +320,8 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         if saved.parent is not None:
             parent = _config(thread, ns, saved.parent)
         writes = [
-            (w.task, w.channel, self.serde.loads_typed(w.value)) for w in log.pending(ns, saved.id)
+            (w.task, w.channel, self.serde.loads_typed(decode(w.value)))
+            for w in log.pending(ns, saved.id)
         ]
         return CheckpointTuple(
             _config(thread, ns, saved.id),

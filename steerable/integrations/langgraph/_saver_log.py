@@ -40,6 +40,10 @@ FRAMEWORK = "langgraph-checkpoint"
 """The ``Native.framework`` of every record of a checkpoint log."""
 
 Typed = tuple[str, bytes]
+"""A serde's ``dumps_typed``: its type name and bytes."""
+
+Packed = tuple[str, str]
+"""A :data:`Typed` as stored and checked, its bytes still in base64 (:func:`decode`)."""
 
 
 class _Missing:
@@ -58,14 +62,29 @@ def pack(typed: Typed) -> list[str]:
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
-def unpack(value: object) -> Typed:
-    """:func:`pack` undone; a malformed value is a :class:`CorruptRecord`."""
+def packed(value: object) -> Packed:
+    """A stored value's shape checked; a malformed one is a :class:`CorruptRecord`.
+
+    Its base64 is decoded only when the value is read (:func:`decode`): a thread's first
+    records hold the whole input several times over (the input's write, the ``__start__``
+    channel, the messages channel), and a read of the latest checkpoint needs one of them.
+    """
     if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
         raise CorruptRecord(f"a LangGraph checkpoint record holds a malformed value: {value!r:.80}")
+    return value[0], value[1]
+
+
+def decode(value: Packed) -> Typed:
+    """A checked value's serde ``(type, bytes)``; bad base64 is a :class:`CorruptRecord`."""
     try:
         return value[0], base64.b64decode(value[1], validate=True)
     except binascii.Error as exc:
         raise CorruptRecord(f"a LangGraph checkpoint record holds bad base64: {exc}") from None
+
+
+def unpack(value: object) -> Typed:
+    """:func:`pack` undone: :func:`packed`, then :func:`decode`."""
+    return decode(packed(value))
 
 
 def record(body: dict[str, Any], text: str) -> Message:
@@ -111,7 +130,7 @@ class Blob:
     """A channel's value at one version: ``full``, ``empty`` or a ``delta`` on ``base``."""
 
     kind: str
-    data: Typed | None = None
+    data: Packed | None = None
     base: str | None = None
     items: list[Any] | None = None  # a delta's added items, decoded once
 
@@ -123,7 +142,7 @@ class Write:
     task: str
     idx: int
     channel: str
-    value: Typed
+    value: Packed
     path: str
 
 
@@ -168,7 +187,7 @@ class ThreadLog:
             key = (str(body["ns"]), str(body["checkpoint"]))
             stored = self.writes.setdefault(key, {})
             for idx, channel, value in body["writes"]:
-                write = Write(body["task"], int(idx), channel, unpack(value), body["path"])
+                write = Write(body["task"], int(idx), channel, packed(value), body["path"])
                 if write.idx < 0 or (write.task, write.idx) not in stored:
                     stored[(write.task, write.idx)] = write
         elif kind == "pruned":
@@ -221,7 +240,7 @@ class ThreadLog:
                 return MISSING
             if blob.kind == "full":
                 assert blob.data is not None
-                base = serde.loads_typed(blob.data)
+                base = serde.loads_typed(decode(blob.data))
                 break
             chain.append(blob)
             if len(chain) > len(self.blobs):
@@ -234,7 +253,7 @@ class ThreadLog:
         for blob in reversed(chain):
             if blob.items is None:
                 assert blob.data is not None
-                blob.items = list(serde.loads_typed(blob.data))
+                blob.items = list(serde.loads_typed(decode(blob.data)))
             items.extend(blob.items)
         self.values[(ns, channel)] = (version, items)
         return list(items)
@@ -271,7 +290,7 @@ class ThreadLog:
                     "checkpoint": checkpoint_id,
                     "task": write.task,
                     "path": write.path,
-                    "writes": [[write.idx, write.channel, pack(write.value)]],
+                    "writes": [[write.idx, write.channel, list(write.value)]],
                 }
                 messages.append(record(copied, f"a write of task {write.task} (copied)"))
         return messages
@@ -279,9 +298,9 @@ class ThreadLog:
 
 def _blob(entry: dict[str, Any]) -> Blob:
     if "full" in entry:
-        return Blob("full", unpack(entry["full"]))
+        return Blob("full", packed(entry["full"]))
     if "append" in entry:
-        return Blob("delta", unpack(entry["append"]), base=str(entry["base"]))
+        return Blob("delta", packed(entry["append"]), base=str(entry["base"]))
     if entry.get("empty") is True:
         return Blob("empty")
     raise ValueError(f"a channel entry of no known form: {sorted(entry)}")
