@@ -7,9 +7,10 @@ builds it.
 
 The write per step is what the saver is for; its reads cost more, so they are measured
 here too: ``python -m bench._persist_saver`` stores a thread of N messages through the
-graph on SQLite, with this saver and with ``AsyncSqliteSaver``, then times ``aget_tuple``
-of the latest checkpoint: cold (a new saver, which loads and folds the thread's whole log)
-and warm (the saver that wrote it: one empty save checks its copy is current).
+graph with this saver and with LangGraph's (``AsyncSqliteSaver`` on SQLite,
+``AsyncPostgresSaver`` on Postgres), then times ``aget_tuple`` of the latest checkpoint:
+cold (a new saver, which loads and folds the thread's whole log) and warm (the saver that
+wrote it: one empty save checks its copy is current). The last column is cold / theirs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,34 +84,73 @@ async def _timed(saver: Callable[[], Any], config: Any, reps: int) -> float:
     return statistics.median(times)
 
 
-async def reads(sizes: Sequence[int], reps: int) -> None:
-    """Print ``aget_tuple`` of the latest checkpoint, µs, per saver and size (SQLite)."""
+def _same(saver: Any) -> Callable[[], Any]:
+    """A maker that gives ``saver`` itself: the warm read."""
+    return lambda: saver
+
+
+@contextlib.asynccontextmanager
+async def _sqlite() -> AsyncIterator[tuple[Any, Any]]:
+    """``(AsyncSqliteSaver, a steerable SQLite store)``, each on a file of its own."""
     import aiosqlite
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    from steerable.integrations.langgraph._saver import SteerableSaver
     from steerable.stores.sqlite import SQLiteStore
 
-    print("| messages | AsyncSqliteSaver | steerable saver, warm | steerable saver, cold |")
-    print("|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(prefix="bench-saver-") as root:
         async with SQLiteStore(Path(root) / "saver.db") as store:
             conn = await aiosqlite.connect(Path(root) / "langgraph.db")
             try:
-                theirs = AsyncSqliteSaver(conn)
-                ours = SteerableSaver(store)
-                for messages in sizes:
-                    their_config = await _thread(theirs, messages)
-                    our_config = await _thread(ours, messages)
-                    row = [
-                        await _timed(lambda: theirs, their_config, reps),
-                        await _timed(lambda: ours, our_config, reps),
-                        await _timed(lambda: SteerableSaver(store), our_config, reps),
-                    ]
-                    print(f"| {messages:,} | " + " | ".join(f"{t * 1e6:,.0f}" for t in row) + " |")
+                yield AsyncSqliteSaver(conn), store
             finally:
                 await conn.close()
 
 
+@contextlib.asynccontextmanager
+async def _postgres() -> AsyncIterator[tuple[Any, Any]]:
+    """``(AsyncPostgresSaver, a steerable Postgres store)`` on one fresh database."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg import AsyncConnection
+    from psycopg.rows import dict_row
+
+    from bench._servers import postgres_database, postgres_pool, steerable_postgres
+
+    async with postgres_database("saver-reads") as db:
+        pool = await postgres_pool(db, 2)
+        conninfo = f"host={db.host} port={db.port} user={db.user} dbname={db.name}"
+        conn = await AsyncConnection.connect(
+            conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        )
+        try:
+            theirs = AsyncPostgresSaver(conn)
+            await theirs.setup()
+            yield theirs, await steerable_postgres(pool)
+        finally:
+            await conn.close()
+            await pool.close()
+
+
+async def reads(sizes: Sequence[int], reps: int) -> None:
+    """Print ``aget_tuple`` of the latest checkpoint, µs, per saver and size, per backend."""
+    from steerable.integrations.langgraph._saver import SteerableSaver
+
+    for name, backend in (("SQLite", _sqlite), ("Postgres", _postgres)):
+        print(f"\n{name}\n")
+        print("| messages | LangGraph's saver | ours, warm | ours, cold | cold / theirs |")
+        print("|---:|---:|---:|---:|---:|")
+        async with backend() as (theirs, store):
+            ours = SteerableSaver(store)
+            for messages in sizes:
+                their_config = await _thread(theirs, messages)
+                our_config = await _thread(ours, messages)
+                row = [
+                    await _timed(_same(theirs), their_config, reps),
+                    await _timed(_same(ours), our_config, reps),
+                    await _timed(lambda: SteerableSaver(store), our_config, reps),
+                ]
+                cells = " | ".join(f"{t * 1e6:,.0f}" for t in row)
+                print(f"| {messages:,} | {cells} | {row[2] / row[0]:.1f}x |")
+
+
 if __name__ == "__main__":
-    asyncio.run(reads([10, 100, 1000], 20))
+    asyncio.run(reads([10, 100, 1000], 50))
