@@ -22,7 +22,7 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering, WrapRunHandler
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart, repair_messages
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 
@@ -62,7 +62,7 @@ class Steering(AbstractCapability[Any]):
         # Pydantic AI starts a run from a cleaned copy of its history (adjacent requests merged,
         # a trailing request re-sent as a new one), keeping the parts: what holds only these
         # parts is stored already. After the first step, the last message stored marks the place.
-        self._stored_parts = {id(p) for m in self.history for p in m.parts}
+        self._stored_parts = [p for m in self.history for p in m.parts]
         self._anchor: ModelMessage | None = None
         self._prompt_id = prompt_id
         self._prompt_open = True  # the run's first new request may still be its prompt
@@ -121,16 +121,21 @@ class Steering(AbstractCapability[Any]):
     async def wrap_run(
         self, ctx: RunContext[Any], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
-        """Store what the run did when a usage limit ends it (a stop or an error stores nothing)."""
+        """Store what the run did when a usage limit ends it (a stop or an error stores nothing).
+
+        A tool-call limit strikes after the model asked for the calls and before they ran:
+        those calls are stored with the returns Pydantic AI's own repair gives a call that
+        never ran (``repair_messages``), as every later run would be sent them anyway.
+        """
         try:
             return await handler()
         except UsageLimitExceeded:
             if self._messages is not None:
-                await self._save_rest(self._messages)
+                await self._save_rest(self._messages, repair=True)
             raise
 
-    async def _save_rest(self, messages: list[ModelMessage]) -> None:
-        new, anchor = self._new(messages)
+    async def _save_rest(self, messages: list[ModelMessage], *, repair: bool = False) -> None:
+        new, anchor = self._new(messages, repair=repair)
         await self.steps.save(new)
         self._moved(new, anchor)
 
@@ -140,15 +145,21 @@ class Steering(AbstractCapability[Any]):
         if new:
             self._prompt_open = False
 
-    def _new(self, messages: list[ModelMessage]) -> tuple[list[Message], ModelMessage | None]:
-        """The records of what ``messages`` has after the last message stored, and its new end."""
+    def _new(
+        self, messages: list[ModelMessage], *, repair: bool = False
+    ) -> tuple[list[Message], ModelMessage | None]:
+        """The records of what ``messages`` has after the last message stored, and its new end
+        (``repair``: that tail as Pydantic AI's repair sends it; it starts after a request)."""
         if self._anchor is None:
-            start = _after_history(messages, self._stored_parts)
+            start = _after_history(messages, self._stored_parts, self.history)
         else:
             start = _index(messages, self._anchor) + 1
+        tail = messages[start:]
+        if repair and tail:
+            tail = repair_messages(tail)
         taken = {m.id for m in self.steps.taken}
         new: list[Message] = []
-        for message in messages[start:]:
+        for message in tail:
             if steer_id(message) in taken:
                 continue  # stored already, by the take, as the steerable message it carries
             prompt = self._prompt_open and not new and _says(message)
@@ -156,22 +167,40 @@ class Steering(AbstractCapability[Any]):
         return new, (messages[-1] if messages else self._anchor)
 
 
-def _after_history(messages: list[ModelMessage], stored: set[int]) -> int:
-    for index in range(len(messages) - 1, -1, -1):
-        parts = messages[index].parts
-        if parts and all(id(p) in stored for p in parts):
-            return index + 1
+def _after_history(
+    messages: list[ModelMessage], parts: list[Any], stored: list[ModelMessage]
+) -> int:
+    """Where the run's own messages start: after the last message made of stored parts.
+
+    The parts themselves (Pydantic AI merges and copies messages, not parts), or equal ones
+    (a history processor that copies them); a run that holds none of a stored history has
+    rewritten it, and storing it all again would be a lie.
+    """
+    ids = {id(p) for p in parts}
+    for equal in (False, True):
+        for index in range(len(messages) - 1, -1, -1):
+            found = messages[index].parts
+            if found and all((p in parts) if equal else (id(p) in ids) for p in found):
+                return index + 1
+    if stored:
+        raise UsageError(_REWRITTEN)
     return 0
 
 
 def _index(messages: list[ModelMessage], anchor: ModelMessage) -> int:
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index] is anchor:
-            return index
-    raise UsageError(
-        "the run's history no longer holds the last message stored (a history processor or "
-        "compaction rewrote it): steering cannot keep the stored transcript in place"
-    )
+    """Where the last message stored is in the run's history: itself, or an equal copy."""
+    for equal in (False, True):
+        for index in range(len(messages) - 1, -1, -1):
+            if (messages[index] == anchor) if equal else (messages[index] is anchor):
+                return index
+    raise UsageError(_REWRITTEN)
+
+
+_REWRITTEN = (
+    "the run's history no longer holds the last message stored (a history processor or "
+    "compaction removed or rewrote it): steering cannot keep the stored transcript in place; "
+    "keep the newest messages as they are (trim or summarise older ones only)"
+)
 
 
 def _says(message: ModelMessage) -> bool:
