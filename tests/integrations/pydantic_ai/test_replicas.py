@@ -5,7 +5,6 @@ step; the holder SIGKILLed mid-tool, another carries the turn on from the stored
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +40,6 @@ async def _count(group: Replicas, n: int) -> bool:
 async def _ended(replica: Any, turn: str) -> bool:
     found = await replica.call("turn", session="s", id=turn)
     return found is not None and found["state"] in ("completed", "failed", "stopped", "max_steps")
-
-
-@pytest.fixture
-async def postgres_url() -> AsyncIterator[str]:
-    """A fresh Postgres database's URL (skipped, or failed, without a server)."""
-    from tests.stores.postgres.support import fresh_database, server_address
-
-    async with fresh_database("steerable_pydantic_ai_") as name:
-        host, port = server_address()
-        yield f"postgresql://postgres@{host}:{port}/{name}"
 
 
 async def test_three_replicas_on_postgres_a_steer_through_another_is_taken_at_the_next_step(
