@@ -12,6 +12,11 @@ stays in the run's history for every later request. The run goes on: nothing res
 
 A steer that comes while the model writes its final answer finds no request to ride on; it
 stays in the session's box for the next run (or, under the service, becomes a turn).
+
+The place in the run's history where the store ends is followed by identity, then by
+equality (a history processor that copies messages); a run that no longer holds it (a
+processor that dropped or rewrote it, a run not given the stored history) is a
+:class:`~steerable.UsageError` before anything is stored out of place or twice.
 """
 
 from __future__ import annotations
@@ -183,7 +188,10 @@ def _after_history(
             if found and all((p in parts) if equal else (id(p) in ids) for p in found):
                 return index + 1
     if stored:
-        raise UsageError(_REWRITTEN)
+        raise UsageError(
+            "the run does not start from the stored transcript: pass `steering.history` as its "
+            "`message_history` (or a history processor rewrote every stored message)"
+        )
     return 0
 
 
@@ -193,14 +201,11 @@ def _index(messages: list[ModelMessage], anchor: ModelMessage) -> int:
         for index in range(len(messages) - 1, -1, -1):
             if (messages[index] == anchor) if equal else (messages[index] is anchor):
                 return index
-    raise UsageError(_REWRITTEN)
-
-
-_REWRITTEN = (
-    "the run's history no longer holds the last message stored (a history processor or "
-    "compaction removed or rewrote it): steering cannot keep the stored transcript in place; "
-    "keep the newest messages as they are (trim or summarise older ones only)"
-)
+    raise UsageError(
+        "the run's history no longer holds the last message stored (a history processor or "
+        "compaction removed or rewrote it): steering cannot keep the stored transcript in "
+        "place; keep the last request and all after it as they are (trim older messages only)"
+    )
 
 
 def _says(message: ModelMessage) -> bool:

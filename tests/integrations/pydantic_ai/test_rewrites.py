@@ -70,7 +70,7 @@ async def test_a_processor_that_rewrites_the_stored_history_fails_rather_than_st
     before = await session.messages()
     agent = Agent(Script(say("two")).model, capabilities=[ProcessHistory(_redacted)])
     steering = await Steering.load(session)
-    with pytest.raises(UsageError, match="no longer holds the last message stored"):
+    with pytest.raises(UsageError, match="does not start from the stored transcript"):
         await agent.run("second", message_history=steering.history, capabilities=[steering])
     assert await session.messages() == before
 
