@@ -141,3 +141,15 @@ async def test_a_tool_call_limit_stores_the_calls_it_stopped_with_interrupted_re
     nxt = await Steering.load(session)
     await agent.run(None, message_history=nxt.history, capabilities=[nxt])
     assert script.views()[-1] == view(rebuilt)
+
+
+async def test_a_token_limit_crossed_by_the_answer_keeps_the_answer_stored() -> None:
+    session = Session("s", MemoryStore())
+    agent = Agent(Script(say("a long answer")).model)
+    steering = await Steering.load(session)
+    with pytest.raises(UsageLimitExceeded, match="total_tokens_limit"):
+        await agent.run(
+            "go", capabilities=[steering], usage_limits=UsageLimits(total_tokens_limit=1)
+        )
+    # Pydantic AI checks tokens once the response is in: the run fails, its answer is stored
+    assert view(history(await session.messages())) == ["user:go", "say:a long answer"]
