@@ -23,7 +23,7 @@ from google.adk.runners import Runner
 from google.genai import types
 
 from steerable.errors import UsageError
-from steerable.integrations.adk import _records
+from steerable.integrations.adk import _records, _warm
 from steerable.integrations.adk._plugin import SteeringPlugin
 from steerable.integrations.adk._sessions import SteerableSessionService
 from steerable.messages import Message, Native
@@ -41,6 +41,10 @@ class ADKAgent:
     ``steers_per_turn`` is 16 for an ``LlmAgent`` root and 0 for a workflow root, whose
     steps take no steer (each steer is then a turn of its own). ``plugins`` run after the
     steering plugin; ``run_config`` is given to every run.
+
+    Unless ``warm_up`` is False, building the first ADKAgent of a process does one tiny
+    keyless ADK run (see :mod:`._warm`): ADK's first run imports its run machinery on the
+    event loop, holding it long enough (up to about a second) to lose a short lease.
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class ADKAgent:
         user_id: str = "steerable",
         plugins: Sequence[BasePlugin] = (),
         run_config: RunConfig | None = None,
+        warm_up: bool = True,
     ) -> None:
         if not isinstance(agent, BaseAgent):
             raise UsageError(f"ADKAgent takes an ADK agent, not {type(agent).__name__}")
@@ -59,6 +64,8 @@ class ADKAgent:
         self.user_id = user_id
         self.plugins = list(plugins)
         self.run_config = run_config
+        if warm_up:
+            _warm.warm_up()
 
     def __repr__(self) -> str:
         return f"ADKAgent({self.agent.name!r})"

@@ -31,12 +31,13 @@ async def test_sigkill_after_the_step_that_took_a_steer_retries_with_it_once(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'service.db'}"
     async with Replicas(url, tmp_path) as group:
-        (a,) = await group.start("a", agent=AGENT, lease=3.0, seconds=1.0, model_delay=60)
+        (a,) = await group.start("a", agent=AGENT, lease=1.0, seconds=1.0, model_delay=60)
         await a.call("send", session="s", text="plan my week", id="p")
         await until(lambda: _count(group, 1), "the first request")
         await a.call("steer", session="s", text="skip friday", id="k")
         # the request after the take: its step (the result and the steer) is stored by now
         await until(lambda: _last_is(group, "skip friday"), "the request with the steer")
+        held = await a.counters()  # a 1 s lease held through a's first ADK run
         a.kill()
         (b,) = await group.start("b", agent=AGENT, lease=1.0, seconds=0.0, model_delay=0)
         await until(lambda: _ended(b, "p"), "the turn carried on and ended", seconds=60)
@@ -45,6 +46,7 @@ async def test_sigkill_after_the_step_that_took_a_steer_retries_with_it_once(
         asked = _asked(group)
         async with open_url(url) as store:
             stored = await Session("s", store).messages()
+    assert (held["claims"], held["resumed"], held["fenced"]) == (1, 0, 0)
     assert (view["state"], view["text"]) == ("completed", "answered: plan my week | skip friday")
     assert (fate["state"], fate["turn"]) == ("taken", "p")
     first, taken, *retried = asked
@@ -81,7 +83,7 @@ async def test_three_replicas_on_postgres_a_steer_through_another_is_taken_at_th
     postgres_url: str, tmp_path: Path
 ) -> None:
     async with Replicas(postgres_url, tmp_path) as group:
-        a, b, c = await group.start("a", "b", "c", agent=AGENT, lease=2.0, seconds=1.5)
+        a, b, c = await group.start("a", "b", "c", agent=AGENT, lease=1.0, seconds=1.5)
         await a.call("send", session="s", text="plan my week", id="p")
         await until(lambda: _count(group, 1), "the first request")
         (server,) = [r for r, _ in _asked(group)]
@@ -90,7 +92,11 @@ async def test_three_replicas_on_postgres_a_steer_through_another_is_taken_at_th
         await until(lambda: _ended(other, "p"), "the turn ended", seconds=60)
         view = await other.call("turn", session="s", id="p")
         asked = _asked(group)
+        counters = await group.counters()
     assert accepted["turn"] == "p"
+    # one claim, never fenced: the holder kept its 1 s lease through its first ADK run
+    assert sum(c["claims"] for c in counters.values()) == 1
+    assert all(c["fenced"] == 0 for c in counters.values())
     assert view["text"] == "answered: plan my week | skip friday"
     assert [replica for replica, _ in asked] == [server] * 3
     assert asked[1][1] == ["plan my week", "call:call-1", "result:call-1", "skip friday"]

@@ -1,0 +1,100 @@
+"""ADK's first run in a process, done once before any turn holds a lease.
+
+ADK imports most of its run machinery lazily, inside the first ``Runner.run_async``: the
+LLM flows, the workflow engine and, through it, the auth stack (authlib, cryptography,
+requests), some 550 modules in google-adk 2.13. Those imports run on the event loop and
+hold it for 0.4 s to 1.2 s (measured on two busy cores). A replica whose loop is held that
+long misses its lease renewals: with a 1 s lease the first turn a replica served was fenced
+and carried on again by the same replica. :func:`warm_up` pays that cost once, up front,
+with a tiny keyless run (a stub model, one tool, our session service and plugin over a
+memory store) on a loop of its own in a thread, so no caller's loop is held by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncGenerator
+
+from google.adk.agents.llm_agent import LlmAgent
+from google.adk.apps import App
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.runners import Runner
+from google.genai import types
+
+from steerable.integrations.adk._plugin import SteeringPlugin
+from steerable.integrations.adk._sessions import SteerableSessionService
+from steerable.stores.memory import MemoryStore
+
+__all__ = ["warm_up"]
+
+log = logging.getLogger("steerable.integrations.adk")
+
+_lock = threading.Lock()
+_warm = False
+
+
+def warm_up() -> None:
+    """Run one tiny ADK invocation in this process, once (later calls return at once).
+
+    It runs on an event loop of its own in a thread, so it can be called from a running
+    loop (that loop waits for it, but holds no lease yet). A failure is logged, not raised:
+    the warm-up only moves a cost, and a real run reports a real problem itself.
+    """
+    global _warm
+    with _lock:
+        if _warm:
+            return
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(_one_run())
+            except Exception as exc:  # reported below, in the caller's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=run, name="steerable-adk-warm-up", daemon=True)
+        thread.start()
+        thread.join()
+        if failed:
+            log.warning(
+                "ADK warm-up run failed; the first turn pays ADK's imports", exc_info=failed[0]
+            )
+        _warm = True
+
+
+class _Stub(BaseLlm):
+    """Calls the tool once, then answers: the two kinds of step a run has."""
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        """A call of ``noop`` first, the answer after its result."""
+        last = (llm_request.contents[-1].parts or []) if llm_request.contents else []
+        if any(part.function_response is not None for part in last):
+            part = types.Part(text="done")
+        else:
+            part = types.Part(function_call=types.FunctionCall(name="noop", args={}, id="w"))
+        yield LlmResponse(content=types.Content(role="model", parts=[part]))
+
+
+def noop() -> str:
+    """Does nothing."""
+    return "ok"
+
+
+async def _one_run() -> None:
+    service = SteerableSessionService(MemoryStore())
+    agent = LlmAgent(name="warm_up", model=_Stub(model="stub"), tools=[noop])
+    app = App(name="warm_up", root_agent=agent, plugins=[SteeringPlugin(service)])
+    runner = Runner(app=app, session_service=service)
+    try:
+        await service.create_session(app_name="warm_up", user_id="u", session_id="w")
+        message = types.Content(role="user", parts=[types.Part(text="go")])
+        async for _ in runner.run_async(user_id="u", session_id="w", new_message=message):
+            pass
+    finally:
+        await runner.close()
