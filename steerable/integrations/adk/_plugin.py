@@ -55,7 +55,7 @@ class SteeringPlugin(BasePlugin):
     ) -> types.Content | None:
         """Hold the run's events until its steps store them."""
         if self._ours(invocation_context):
-            self.service.hold(invocation_context.session.id)
+            self.service.hold(invocation_context.session.id, invocation_context.invocation_id)
         return None
 
     async def before_model_callback(
@@ -78,14 +78,22 @@ class SteeringPlugin(BasePlugin):
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
         """Store the rest of the run's events."""
         if self._ours(invocation_context):
-            await self.service.release(invocation_context.session.id, finished=True)
+            await self.service.release(
+                invocation_context.session.id,
+                finished=True,
+                invocation=invocation_context.invocation_id,
+            )
 
     async def on_run_error_callback(
         self, *, invocation_context: InvocationContext, error: Exception
     ) -> None:
         """Store the failed run's events up to where no function call was still open."""
         if self._ours(invocation_context):
-            await self.service.release(invocation_context.session.id, finished=False)
+            await self.service.release(
+                invocation_context.session.id,
+                finished=False,
+                invocation=invocation_context.invocation_id,
+            )
 
 
 def takes_steers(context: InvocationContext) -> bool:

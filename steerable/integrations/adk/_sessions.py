@@ -20,6 +20,7 @@ the service) there is no index: listing and deleting are a :class:`UsageError`, 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -51,13 +52,21 @@ _INDEX_TRIES = 8  # concurrent writers of one index: each retry re-reads it
 class _Open:
     """A session this service has open: what is stored, and a run's held events."""
 
-    __slots__ = ("holding", "pending", "prompt", "steps")
+    __slots__ = ("holding", "invocation", "pending", "prompt", "steps", "task")
 
     def __init__(self, steps: Steps, prompt: str | None = None) -> None:
         self.steps = steps
         self.prompt = prompt  # the id the next user message is stored under
         self.holding = False
+        self.invocation: str | None = None  # the holding run's, and its task
+        self.task: asyncio.Task[Any] | None = None
         self.pending: list[tuple[Event, Message]] = []
+
+    @property
+    def live(self) -> bool:
+        """Whether a run holds the session and has not ended (a cancelled run calls no
+        callback: its task being done is how its hold is known to be over)."""
+        return self.holding and self.task is not None and not self.task.done()
 
 
 class SteerableSessionService(BaseSessionService):
@@ -208,11 +217,21 @@ class SteerableSessionService(BaseSessionService):
         self._adopted[session_id] = adopted
         return adopted
 
-    def hold(self, session_id: str) -> None:
-        """A steering run starts: keep the session's events until its next step."""
+    def hold(self, session_id: str, invocation: str | None = None) -> None:
+        """A steering run starts: keep the session's events until its next step.
+
+        A second run of a session while one holds it is a :class:`UsageError` (their
+        events would interleave in one transcript); runs of other sessions are fine."""
         opened = self._open.get(session_id)
-        if opened is not None:
-            opened.holding = True
+        if opened is None:
+            return
+        if opened.live:
+            raise UsageError(
+                f"session {session_id!r} has a run already (invocation {opened.invocation}):"
+                " one run of a session at a time"
+            )
+        opened.holding, opened.invocation, opened.pending = True, invocation, []
+        opened.task = asyncio.current_task()
 
     async def step(self, session_id: str, *, take: bool) -> list[Message]:
         """Store the held events and (when ``take``) take the waiting steers, atomically."""
@@ -224,13 +243,18 @@ class SteerableSessionService(BaseSessionService):
         opened.pending.clear()
         return taken
 
-    async def release(self, session_id: str, *, finished: bool) -> None:
+    async def release(
+        self, session_id: str, *, finished: bool, invocation: str | None = None
+    ) -> None:
         """A run ended: store what it held (when it did not finish, up to the last event
-        after which no function call is open) and store events as they come again."""
+        after which no function call is open) and store events as they come again.
+        With ``invocation``, only that run's hold is released."""
         opened = self._open.get(session_id)
         if opened is None or not opened.holding:
             return
-        opened.holding = False
+        if invocation is not None and opened.invocation not in (None, invocation):
+            return  # another run holds it (this one was refused at its start)
+        opened.holding, opened.invocation, opened.task = False, None, None
         pending = opened.pending if finished else opened.pending[: _settled(opened.pending)]
         opened.pending = []
         await opened.steps.save([message for _, message in pending])
@@ -255,7 +279,11 @@ class SteerableSessionService(BaseSessionService):
             scoped = _scoped_state(records, user_id)
         events = _records.events_of(stored, self.author)
         state = _records.session_state(header, events) | scoped
-        self._open[session_id] = _Open(Steps(session, stored, steers=self.steers))
+        held = self._open.get(session_id)
+        if held is None or not held.live:
+            # a run that holds its events keeps its own record of what is stored: a reader
+            # (a UI polling the session) must not drop the events it has not stored yet
+            self._open[session_id] = _Open(Steps(session, stored, steers=self.steers))
         created = float(header["created"]) if header else 0.0
         return AdkSession(
             id=session_id,
