@@ -15,6 +15,6 @@ save-and-take (:class:`Steps`), keeps the framework's own records verbatim in
 can run. ``docs/integrations.md`` says where each framework has no step to take a steer at.
 """
 
-from steerable.integrations._steps import Steps, until_stopped
+from steerable.integrations._steps import Steps, answer_text, until_stopped
 
-__all__ = ["Steps", "until_stopped"]
+__all__ = ["Steps", "answer_text", "until_stopped"]

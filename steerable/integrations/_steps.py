@@ -14,6 +14,8 @@ import contextlib
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+import pydantic_core
+
 from steerable.messages import Message
 from steerable.session import Session
 from steerable.store import check_count
@@ -65,6 +67,20 @@ class Steps:
         self.taken.extend(taken)
         self.steers_left -= len(taken)
         return taken
+
+
+def answer_text(output: object) -> str:
+    """A run's final output as a turn's answer: a str as it is, anything else as JSON.
+
+    A structured output (a Pydantic model, a dataclass, a dict) becomes its JSON text, so a
+    client reads the answer rather than a Python ``repr``; what JSON cannot hold is ``str``'d.
+    """
+    if isinstance(output, str):
+        return output
+    try:
+        return pydantic_core.to_json(output).decode()
+    except pydantic_core.PydanticSerializationError:
+        return str(output)
 
 
 async def until_stopped(turn: Turn, run: Awaitable[T]) -> tuple[T | None, bool]:

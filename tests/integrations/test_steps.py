@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
 from steerable import Session, TranscriptConflict, UsageError, assistant, user
-from steerable.integrations import Steps, until_stopped
+from steerable.integrations import Steps, answer_text, until_stopped
 from steerable.service import Turn
 from steerable.service_store import Input
 from steerable.stores.memory import MemoryStore
@@ -107,3 +108,13 @@ async def test_until_stopped_passes_the_runs_error_on() -> None:
 
     with pytest.raises(ValueError, match="boom"):
         await until_stopped(_turn(_session()), run())
+
+
+def test_an_answer_is_a_str_as_it_is_and_anything_else_json() -> None:
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    assert answer_text("plain") == "plain"
+    assert answer_text({"a": [1, Point(2)]}) == '{"a":[1,{"x":2}]}'
+    assert answer_text(object()).startswith("<object object")

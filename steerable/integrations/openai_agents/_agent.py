@@ -16,7 +16,7 @@ from agents import Agent as SDKAgent
 from agents import MaxTurnsExceeded, RunConfig, Runner
 
 from steerable.errors import UsageError
-from steerable.integrations._steps import until_stopped
+from steerable.integrations._steps import answer_text, until_stopped
 from steerable.integrations.openai_agents._session import SteerableSession, steering
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
@@ -75,4 +75,4 @@ class OpenAIAgentsAgent:
             return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
         if stopped or result is None:
             return Outcome("stopped")
-        return Outcome("completed", str(result.final_output))
+        return Outcome("completed", answer_text(result.final_output))

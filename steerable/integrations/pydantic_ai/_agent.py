@@ -10,7 +10,7 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.usage import UsageLimits
 
 from steerable.errors import UsageError
-from steerable.integrations._steps import until_stopped
+from steerable.integrations._steps import answer_text, until_stopped
 from steerable.integrations.pydantic_ai._steering import Steering
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
@@ -76,5 +76,4 @@ class PydanticAIAgent:
             return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
         if stopped or result is None:
             return Outcome("stopped")
-        output = result.output
-        return Outcome("completed", output if isinstance(output, str) else repr(output))
+        return Outcome("completed", answer_text(result.output))
