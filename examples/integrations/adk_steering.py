@@ -43,12 +43,20 @@ class Scripted(BaseLlm):
             city = "Rome" if "Rome" in last[-1].text else "Paris"
             call = types.FunctionCall(name="weather", args={"city": city}, id=f"call-{city}")
             yield LlmResponse(
-                content=types.Content(role="model", parts=[types.Part(function_call=call)])
+                content=types.Content(role="model", parts=[types.Part(function_call=call)]),
+                usage_metadata=_USAGE,
             )
         else:
             yield LlmResponse(
-                content=types.Content(role="model", parts=[types.Part(text="Rome: sunny")])
+                content=types.Content(role="model", parts=[types.Part(text="Rome: sunny")]),
+                usage_metadata=_USAGE,
             )
+
+
+# a real model reports its token usage; without it ADK logs a warning for every reply
+_USAGE = types.GenerateContentResponseUsageMetadata(
+    prompt_token_count=10, candidates_token_count=5, total_token_count=15
+)
 
 
 def _word(part: types.Part) -> str:
