@@ -10,7 +10,6 @@ answer stays in the store for the next turn).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -101,6 +100,10 @@ async def until_stopped(turn: Turn, run: Awaitable[T]) -> tuple[T | None, bool]:
     if task.done():
         return task.result(), False
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the caller itself is cancelled while the run winds down: pass it on
     return None, True

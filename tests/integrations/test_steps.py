@@ -118,3 +118,24 @@ def test_an_answer_is_a_str_as_it_is_and_anything_else_json() -> None:
     assert answer_text("plain") == "plain"
     assert answer_text({"a": [1, Point(2)]}) == '{"a":[1,{"x":2}]}'
     assert answer_text(object()).startswith("<object object")
+
+
+async def test_a_caller_cancelled_while_the_stopped_run_winds_down_is_cancelled() -> None:
+    turn, winding = _turn(_session()), asyncio.Event()
+
+    async def run() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            winding.set()
+            await asyncio.sleep(60)  # a slow clean-up, itself cancelled below
+            raise
+        return "never"
+
+    caller = asyncio.create_task(until_stopped(turn, run()))
+    await asyncio.sleep(0)
+    turn.request_stop()
+    await winding.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
