@@ -199,7 +199,11 @@ async def a_save_appends_and_keeps_what_was_stored(store: Store) -> None:
 async def a_save_that_does_not_extend_the_store_conflicts_and_changes_nothing(
     store: Store, store_factory: OpenStore
 ) -> None:
-    """Behind the store or past its end: a conflict that names both counts, and no change."""
+    """Behind the store or past its end: a conflict that names both counts, and no change.
+
+    An empty save (nothing to store, no steer to take) is a check of the position: readers
+    that cache a transcript (LangGraph's checkpointer over a store) rely on it.
+    """
     sid = _sid()
     await store.save(sid, [user("a"), user("b")], at=0)
     await store.steer(sid, Steer("waiting", "w"))
@@ -214,6 +218,9 @@ async def a_save_that_does_not_extend_the_store_conflicts_and_changes_nothing(
             )
             with pytest.raises(TranscriptConflict):
                 await other.take_steers(sid, at=at, limit=16)
+            with pytest.raises(TranscriptConflict):  # an empty save checks the position too
+                await other.save(sid, [], at=at)
+        assert await other.save(sid, [], at=2) == []  # ...and at the stored length is a no-op
         assert _texts(await store.messages(sid)) == ["a", "b"]
         assert [s.id for s in await store.steers(sid)] == ["w"]
         # having learnt the stored length, the other writer extends the transcript
