@@ -11,7 +11,8 @@ The contract (checked case by case by :mod:`steerable.testing`):
 - ``save(session, messages, at=n)`` appends ``messages`` at positions ``n, n+1, ...``. It
   writes only what is new: its cost grows with ``messages``, not with the transcript. If
   the store does not hold exactly ``n`` messages (another writer got there first) it raises
-  :class:`TranscriptConflict` and changes nothing.
+  :class:`TranscriptConflict` and changes nothing; so does an empty save (``messages`` empty,
+  ``take=0``), which is how a reader checks that its copy is still the whole transcript.
 - ``save(..., take=k)`` then, in the same atomic operation, takes up to ``k`` waiting steers
   and appends each as a steered user message after ``messages``; it returns those messages.
   A crash can never leave a steer both taken and unrecorded, or recorded twice.
