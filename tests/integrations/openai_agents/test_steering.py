@@ -161,39 +161,49 @@ async def test_the_users_own_filter_runs_after_the_step_on_the_input_with_the_st
 
 
 async def test_an_agent_used_as_a_tool_gets_no_steer_and_its_items_are_not_stored() -> None:
+    """The inner agent runs with the outer run config (so with the step): a steer sent by its
+    own tool waits for the outer run's next request, and only the outer's items are stored."""
     base = open_session("s", MemoryStore())
-    inner_model = ScriptedModel([[assistant_message("inner says hi")]])
-    inner = Agent(name="inner", model=inner_model)
 
     @function_tool
-    async def look(q: str) -> str:
-        """Look something up."""
-        await base.steer("steer during the tool", id="k")
-        return "looked"
+    async def poke(q: str) -> str:
+        """The inner agent's tool: a steer comes while it runs."""
+        await base.steer("steer during the inner tool", id="k")
+        return "poked"
 
+    inner_model = ScriptedModel(
+        [
+            [function_call("poke", {"q": "x"}, call_id="i1")],
+            [assistant_message("inner says hi")],
+        ]
+    )
+    inner = Agent(name="inner", model=inner_model, tools=[poke])
     tool = inner.as_tool("ask_inner", "ask the inner agent")
     outer_model = ScriptedModel(
         [
-            [function_call("look", {"q": "x"}, call_id="c1")],
             [function_call("ask_inner", {"input": "hello"}, call_id="c2")],
             [assistant_message("outer done")],
         ]
     )
-    outer = Agent(name="outer", model=outer_model, tools=[look, tool])
+    outer = Agent(name="outer", model=outer_model, tools=[tool])
     session = SteerableSession(base)
     await Runner.run(outer, "hi", run_config=steering(session), session=session)
-    assert kinds(inner_model.calls[0].input) == ["user:hello"]  # none of the turn's steers
-    assert kinds(outer_model.calls[2].input) == [
+    # the inner run's requests: its own items only, no steer (not even after its tool)
+    assert [kinds(c.input) for c in inner_model.calls] == [
+        ["user:hello"],
+        ["user:hello", "function_call", "function_call_output"],
+    ]
+    # the outer run's next request takes it, after the outer tool's output
+    assert kinds(outer_model.calls[1].input) == [
         "user:hi",
         "function_call",
         "function_call_output",
-        "user:steer during the tool",
-        "function_call",
-        "function_call_output",
+        "user:steer during the inner tool",
     ]
-    stored = await base.messages()
-    assert _stored(stored) == [*kinds(outer_model.calls[2].input), "message"]
-    answers: list[Any] = [i for i in map(to_item, stored) if i.get("role") == "assistant"]
+    stored = [to_item(m) for m in await base.messages()]
+    assert kinds(stored) == [*kinds(outer_model.calls[1].input), "message"]
+    assert [i["call_id"] for i in stored if "call_id" in i] == ["c2", "c2"]  # not the inner's
+    answers: list[Any] = [i for i in stored if i.get("role") == "assistant"]
     assert [a["content"][0]["text"] for a in answers] == ["outer done"]  # not the inner's
 
 
