@@ -30,7 +30,12 @@ from langgraph.graph.state import CompiledStateGraph
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps, until_stopped
 from steerable.integrations.langgraph._middleware import SteeringMiddleware
-from steerable.integrations.langgraph._records import from_stored, to_stored, unanswered_tail
+from steerable.integrations.langgraph._records import (
+    from_stored,
+    stored_ids,
+    to_stored,
+    unanswered_tail,
+)
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
 from steerable.store import check_count
@@ -121,7 +126,7 @@ class LangGraphAgent:
         if stopped or state is None:
             return Outcome("stopped")
         messages: list[AnyMessage] = list(state["messages"])
-        known = {m.id for m in turn.messages}
+        known = stored_ids(turn.messages)
         complete = messages[: len(messages) - unanswered_tail(messages)]
         new = [to_stored(m) for m in complete if m.id not in known]
         await Steps(turn.store_session, steers=0).save([*turn.messages, *new])

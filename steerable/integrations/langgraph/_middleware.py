@@ -34,7 +34,9 @@ from steerable.errors import UsageError
 from steerable.integrations._steps import Steps
 from steerable.integrations.langgraph._records import (
     from_stored,
+    rebuilt_ids,
     steer_message,
+    stored_ids,
     to_stored,
     unanswered_tail,
 )
@@ -130,7 +132,7 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if self._steps is None:
             stored = await self.session.messages()
             self._steps = Steps(self.session, stored, steers=self.steers)
-            self._ids = {m.id for m in stored}
+            self._ids = stored_ids(stored)
         return self._steps
 
     def _new(self, messages: Sequence[AnyMessage]) -> list[Message]:
@@ -150,11 +152,11 @@ def _behind(
     the stored ones put in their place. A state with none of the stored messages (a
     fresh thread) gets nothing.
     """
-    ids = {m.id for m in stored}
+    ids = stored_ids(stored)
     anchor = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].id in ids), -1)
     if anchor < 0:
         return [], []
-    at = next(i for i, m in enumerate(stored) if m.id == messages[anchor].id)
+    at = next(i for i, m in enumerate(stored) if messages[anchor].id in rebuilt_ids(m))
     tail = list(stored[at + 1 :])
     in_state = {m.id for m in messages}
     if all(m.steered for m in tail):

@@ -56,18 +56,48 @@ def to_stored(message: BaseMessage) -> Message:
 
 
 def from_stored(messages: Iterable[Message]) -> list[AnyMessage]:
-    """The langchain messages of a stored transcript, each with its stored id."""
+    """The langchain messages of a stored transcript, with the ids :func:`rebuilt_ids` gives."""
     rebuilt: list[AnyMessage] = []
     for message in messages:
         rebuilt.extend(_from_stored(message))
     return rebuilt
 
 
-def _from_stored(message: Message) -> list[AnyMessage]:
-    natives = [p for p in message.parts if isinstance(p, Native) and p.framework == FRAMEWORK]
+def rebuilt_ids(message: Message) -> list[str]:
+    """The ids of the langchain messages :func:`from_stored` rebuilds ``message`` to, in order.
+
+    Our own records and every plain message keep the stored id; a message of steerable's
+    own loop holding several tool results becomes one ToolMessage per result, each
+    ``"<id>:<call id>"``. Whatever asks "is this langchain message stored?" asks this, so a
+    transcript another agent wrote is neither stored again nor cut short.
+    """
+    natives = _natives(message)
+    if len(natives) > 1:  # not written by us; still one id each, and stable
+        return [f"{message.id}:{index}" for index in range(len(natives))]
     if natives:
-        records = [json.loads(p.data) for p in natives]
-        loaded: list[Any] = messages_from_dict(records)
+        return [message.id]
+    results = message.tool_results
+    if results:
+        return [f"{message.id}:{r.call_id}" for r in results]
+    return [message.id]
+
+
+def stored_ids(messages: Iterable[Message]) -> set[str]:
+    """Every id :func:`rebuilt_ids` gives for ``messages``."""
+    return {id for message in messages for id in rebuilt_ids(message)}
+
+
+def _natives(message: Message) -> list[Native]:
+    return [p for p in message.parts if isinstance(p, Native) and p.framework == FRAMEWORK]
+
+
+def _from_stored(message: Message) -> list[AnyMessage]:
+    ids = rebuilt_ids(message)
+    natives = _natives(message)
+    if natives:
+        loaded: list[Any] = messages_from_dict([json.loads(p.data) for p in natives])
+        for record, id in zip(loaded, ids, strict=True):
+            record.id = id  # ours hold this id already (to_stored); one rule for every reader
         return loaded
     results = message.tool_results
     if results:  # steerable's own loop: one message of results, one ToolMessage each
@@ -77,9 +107,9 @@ def _from_stored(message: Message) -> list[AnyMessage]:
                 tool_call_id=r.call_id,
                 name=r.name,
                 status="error" if r.is_error else "success",
-                id=f"{message.id}:{r.call_id}",
+                id=id,
             )
-            for r in results
+            for r, id in zip(results, ids, strict=True)
         ]
     if message.role == "user":
         return [HumanMessage(message.text, id=message.id)]
