@@ -10,10 +10,11 @@ the last holder stored: the steers it took are history then, never taken again.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from agents import Agent as SDKAgent
-from agents import MaxTurnsExceeded, RunConfig, Runner
+from agents import MaxTurnsExceeded, RunConfig, Runner, RunResult
 
 from steerable.errors import UsageError
 from steerable.integrations._steps import answer_text, until_stopped
@@ -23,6 +24,11 @@ from steerable.service_store import Outcome
 from steerable.store import check_count
 
 __all__ = ["OpenAIAgentsAgent"]
+
+_INTERRUPTED = (
+    "tool approval (an interruption) is not supported under the service: the run stopped"
+    " at a tool call that needs approval, and a turn has no RunState to resume it from"
+)
 
 
 class OpenAIAgentsAgent:
@@ -65,6 +71,13 @@ class OpenAIAgentsAgent:
             run_config=steering(session, self.run_config),
             session=session,
         )
+        outcome = await self._outcome(turn, run)
+        # what the run handed over and no step stored: its end (the answer is stored at
+        # once), or what came before an error, max turns or a stop
+        await session.flush()
+        return outcome
+
+    async def _outcome(self, turn: Turn, run: Awaitable[RunResult]) -> Outcome:
         try:
             result, stopped = await until_stopped(turn, run)
         except asyncio.CancelledError:
@@ -75,4 +88,6 @@ class OpenAIAgentsAgent:
             return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
         if stopped or result is None:
             return Outcome("stopped")
+        if result.interruptions:  # a run resumes from its RunState: a turn has none to keep
+            return Outcome("failed", error=_INTERRUPTED)
         return Outcome("completed", answer_text(result.final_output))

@@ -3,11 +3,14 @@
 One object plays both parts, because both write the same transcript:
 
 - As the SDK's session (``get_items``, ``add_items``) it keeps the run's items verbatim.
-  The runner calls ``add_items`` with a turn's items before it builds the next request, and
-  with the final answer's at the end; each call stores what is new, taking no steer.
+  The runner calls ``add_items`` with a turn's items right before it builds the next
+  request, and with the final answer's at the end. The first kind waits for that request's
+  step; the answer is stored at once, taking no steer.
 - As the run's step (:meth:`SteerableSession.step`, the ``call_model_input_filter`` that
-  :func:`steering` puts in the run config) it stores whatever the request holds beyond
-  what is stored and takes the waiting steers, in one atomic call (:class:`Steps`).
+  :func:`steering` puts in the run config) it stores what the run handed over and whatever
+  the request holds beyond that, and takes the waiting steers: one atomic store call per
+  step (:class:`Steps`). A run that ends without an answer (an error, max turns, a tool's
+  output as the final output) leaves its last items to :meth:`SteerableSession.flush`.
 
 The SDK rebuilds each request's input from its own lists, which never hold a steer: the
 filter puts every steer it took back into every later request, right after the item it
@@ -38,7 +41,13 @@ from agents.run_config import CallModelData, CallModelInputFilter, ModelInputDat
 
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps
-from steerable.integrations.openai_agents._items import same_item, to_item, to_message
+from steerable.integrations.openai_agents._items import (
+    answered,
+    call_names,
+    same_item,
+    to_items,
+    to_messages,
+)
 from steerable.messages import Message
 from steerable.session import Session
 from steerable.store import check_count
@@ -72,6 +81,7 @@ class SteerableSession:
         self._stored = 0  # how many of them are stored
         self._first = 0  # the view's index of a request's first item (a limited history)
         self._run: RunContextWrapper[Any] | None = None  # the run get_items was last called by
+        self._stepped = False  # whether a step of this run has stored its items
         self._steered: list[tuple[int, TResponseInputItem]] = []  # (after item n, steer)
 
     def __repr__(self) -> str:
@@ -83,14 +93,20 @@ class SteerableSession:
         return [] if self._steps is None else list(self._steps.taken)
 
     async def _load(self) -> None:
+        held: list[Any] = []
+        if self._steps is not None:  # a run before this one: store what its end left over
+            await self.flush()
+            held = self._view[self._stored :]  # a call that waits for its output (an approval)
         if self._history is not None:
             messages, self._history = self._history, None
         else:
             messages = await self.session.messages()
         self._steps = Steps(self.session, messages, steers=self.steers)
-        self._view = [to_item(m) for m in messages]
-        self._given = self._stored = len(self._view)
+        self._view = [item for m in messages for item in to_items(m)] + held
+        self._given = len(self._view)
+        self._stored = len(self._view) - len(held)
         self._first = 0  # the view's index of a request's first item
+        self._stepped = False
         self._steered = []
 
     async def get_items(
@@ -110,7 +126,12 @@ class SteerableSession:
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        """Store the items the runner hands over, skipping those a step stored already."""
+        """Keep the items the runner hands over, for the next step to store with its take.
+
+        The runner hands a turn's items over right before its next request, whose step
+        stores them: one store write per step. A batch after which no request follows (the
+        final answer; a call waiting for approval) is stored at once, taking no steer.
+        """
         if wrapper is not None and self._run is not None and wrapper is not self._run:
             # another run called get_items since: this run's bookkeeping is gone
             raise UsageError(
@@ -123,7 +144,35 @@ class SteerableSession:
             if self._given == len(self._view):
                 self._view.append(copy.deepcopy(item))
             self._given += 1
-        await self._save(take=False)
+        if self._ends_run(items):
+            await self.flush()
+
+    def _ends_run(self, items: Sequence[Any]) -> bool:
+        """Whether no request of this run follows ``items``, as far as the items tell: a
+        run's input (before its first step) and a batch that ends with a tool's output are
+        followed by one; any other (an answer, a call to approve) ends the run. A run that
+        ends another way (an error, max turns, a tool's output as the final output) leaves
+        its last items to :meth:`flush`."""
+        if not items or not self._stepped:
+            return False
+        last = items[-1]
+        kind = last.get("type") if isinstance(last, dict) else getattr(last, "type", None)
+        return not str(kind).endswith("_output")
+
+    async def flush(self) -> None:
+        """Store what the run handed over that no step stored yet, taking no steer.
+
+        A call without its output is kept back (a provider refuses it), until its output
+        comes in the same object's next run (a resumed approval). The service's agent calls
+        this as each turn ends; a standalone run that ended by an error, by max turns or
+        with a tool's output as its final output should call it too (the next run on this
+        object does, first).
+        """
+        if self._steps is None:
+            return
+        end = self._stored + answered(self._view[self._stored :])
+        if end > self._stored:
+            await self._store(self._steps, end, take=False)
 
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
@@ -135,15 +184,15 @@ class SteerableSession:
         """Refused: a steerable store is append-only; start a new session id instead."""
         raise UsageError("a steerable store is append-only: use a new session id to start over")
 
-    async def _save(self, *, take: bool) -> list[Message]:
-        assert self._steps is not None
-        new = [to_message(item) for item in self._view[self._stored :]]
+    async def _store(self, steps: Steps, end: int, *, take: bool) -> list[Message]:
+        """Store the view's items up to ``end`` (and take the steers, if ``take``)."""
+        new = to_messages(self._view[self._stored : end], call_names(self._view[: self._stored]))
         taken: list[Message] = []
         if take:
-            taken = await self._steps.step(new)
+            taken = await steps.step(new)
         else:
-            await self._steps.save(new)
-        self._stored = len(self._view)
+            await steps.save(new)
+        self._stored = end
         return taken
 
     def _ours(self, items: Sequence[object]) -> bool:
@@ -152,7 +201,8 @@ class SteerableSession:
 
     async def step(self, data: CallModelData[Any]) -> ModelInputData:
         """The run's step: store what the request adds, take steers, splice them all in."""
-        if self._steps is None:  # no run read this session: its items are not the run's
+        steps = self._steps
+        if steps is None:  # no run read this session: its items are not the run's
             raise UsageError(
                 "steering(session) steers a run that keeps its items in that session:"
                 " pass session=<the same SteerableSession> to Runner.run"
@@ -163,7 +213,8 @@ class SteerableSession:
             return model_data
         first = self._first
         self._view.extend(copy.deepcopy(items[len(self._view) - first :]))
-        for message in await self._save(take=True):
+        self._stepped = True
+        for message in await self._store(steps, len(self._view), take=True):
             self._steered.append((len(self._view), {"role": "user", "content": message.text}))
         spliced: list[TResponseInputItem] = []
         steered = iter(self._steered)

@@ -20,6 +20,8 @@ from agents import Agent, TResponseInputItem, function_tool, set_tracing_disable
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from steerable.integrations.openai_agents import OpenAIAgentsAgent
+from steerable.integrations.openai_agents._items import to_items
+from steerable.messages import Message
 from tests.service.replicas import until
 
 set_tracing_disabled(True)  # nothing to export to: no key, no network
@@ -51,6 +53,11 @@ def item_problems(items: Sequence[Any]) -> list[str]:
     if pending:
         problems.append(f"the items end with calls {pending} unanswered")
     return problems
+
+
+def stored_items(messages: Sequence[Message]) -> list[Any]:
+    """The input items a stored transcript gives, in order (what a run rebuilds)."""
+    return [item for message in messages for item in to_items(message)]
 
 
 def user_texts(items: Sequence[Any]) -> list[str]:

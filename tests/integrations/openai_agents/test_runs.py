@@ -17,12 +17,12 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from steerable import Session, UsageError, open_session
 from steerable.integrations.openai_agents import SteerableSession, steering
-from steerable.integrations.openai_agents._items import to_item
 from steerable.stores.memory import MemoryStore
 from tests.integrations.openai_agents.support import (
     calls_then_answer,
     item_problems,
     kinds,
+    stored_items,
     user_texts,
 )
 
@@ -38,7 +38,7 @@ def _steering_tool(base: Session) -> Any:
 
 
 async def _stored(base: Session) -> list[str]:
-    items = [to_item(m) for m in await base.messages()]
+    items = stored_items(await base.messages())
     assert item_problems(items) == []
     return kinds(items)
 

@@ -20,11 +20,10 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 from steerable import open_session
 from steerable.integrations.openai_agents import OpenAIAgentsAgent, SteerableSession, steering
-from steerable.integrations.openai_agents._items import to_item
 from steerable.service import Service
 from steerable.stores.memory import MemoryStore
 from steerable.stores.sqlite import SQLiteStore
-from tests.integrations.openai_agents.support import item_problems, kinds, user_texts
+from tests.integrations.openai_agents.support import item_problems, kinds, stored_items, user_texts
 from tests.service.replicas import Replicas, until
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -150,7 +149,7 @@ async def test_a_run_killed_after_its_step_took_a_steer_is_retried_with_it_once(
     ]
     assert item_problems(retried) == []
     assert [m.id for m in stored].count("steer-1") == 1 and waiting == []
-    assert item_problems([to_item(m) for m in stored]) == []
+    assert item_problems(stored_items(stored)) == []
 
 
 # -- three replicas on Postgres ----------------------------------------------------------------

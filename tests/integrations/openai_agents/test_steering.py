@@ -27,13 +27,13 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from steerable import Session, UsageError, open_session
 from steerable.integrations.openai_agents import SteerableSession, steering
-from steerable.integrations.openai_agents._items import to_item
 from steerable.stores.memory import MemoryStore
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.openai_agents.support import (
     calls_then_answer,
     item_problems,
     kinds,
+    stored_items,
     user_texts,
 )
 
@@ -58,7 +58,7 @@ async def _steer_from_another_process(path: Path, text: str, id: str) -> None:
 
 
 def _stored(messages: list[Any]) -> list[str]:
-    return kinds([to_item(m) for m in messages])
+    return kinds(stored_items(messages))
 
 
 async def test_a_steer_from_another_process_during_a_tool_call_is_in_place_once(
@@ -200,7 +200,7 @@ async def test_an_agent_used_as_a_tool_gets_no_steer_and_its_items_are_not_store
         "function_call_output",
         "user:steer during the inner tool",
     ]
-    stored = [to_item(m) for m in await base.messages()]
+    stored = stored_items(await base.messages())
     assert kinds(stored) == [*kinds(outer_model.calls[1].input), "message"]
     assert [i["call_id"] for i in stored if "call_id" in i] == ["c2", "c2"]  # not the inner's
     answers: list[Any] = [i for i in stored if i.get("role") == "assistant"]
@@ -241,7 +241,7 @@ async def test_after_a_handoff_that_drops_stored_items_no_steer_is_taken() -> No
     assert user_texts(first_model.calls[1].input) == ["hi", "steer during first"]
     assert [user_texts(c.input) for c in second_model.calls] == [["hi"], ["hi"]]
     assert [s.id for s in await base.steers()] == ["second"]  # waits for the next run
-    stored = [to_item(m) for m in await base.messages()]
+    stored = stored_items(await base.messages())
     assert item_problems(stored) == []
     assert user_texts(stored) == ["hi", "steer during first"]
 

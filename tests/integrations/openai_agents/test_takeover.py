@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from steerable.integrations.openai_agents._items import to_item
 from steerable.service import Service
 from steerable.stores.url import open_url
-from tests.integrations.openai_agents.support import item_problems, kinds
+from tests.integrations.openai_agents.support import item_problems, kinds, stored_items
 from tests.service.replicas import Replicas, until
 
 AGENT = "tests.integrations.openai_agents.support:gated_agent"
@@ -74,7 +73,7 @@ async def test_a_holder_killed_after_a_stored_steer_is_carried_on_with_the_steer
     ids = [m.id for m in stored]
     assert ids.count("p") == 1 and ids.count("k") == 1
     assert next(m for m in stored if m.id == "k").steered
-    items = [to_item(m) for m in stored]
+    items = stored_items(stored)
     assert kinds(items) == [*kinds(carried[-1]["items"]), "message"]  # as the last request had it
     assert item_problems(items) == []
 
