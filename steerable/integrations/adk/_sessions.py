@@ -11,17 +11,18 @@ stored at the run's next step, together with the steers it takes, in one atomic 
 it is appended.
 
 The store contract has no listing and no delete. With a ``store`` the service keeps an
-index session per app (``adk-index:<app>``): the sessions created and deleted, and the
-``app:`` and ``user:`` state. A deleted session's transcript stays in the store, and its id
-cannot be created again. With only ``session_for`` (one steerable session per id, as under
-the service) there is no index: listing and deleting are a :class:`UsageError`, and
-``app:``/``user:`` state lives in the session's own events.
+index session per app (:mod:`._index`): the sessions created and deleted, and the ``app:``
+and ``user:`` state. A deleted session's transcript stays in the store, and its id cannot
+be created again. A session is hidden only when the index records it deleted: one whose
+creation was stored but not yet indexed (or whose index write failed) is still read. With
+only ``session_for`` (one steerable session per id, as under the service) there is no
+index: listing and deleting are a :class:`UsageError`, and ``app:``/``user:`` state lives
+in the session's own events.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,18 +36,22 @@ from google.adk.sessions.base_session_service import (
     ListSessionsResponse,
 )
 from google.adk.sessions.session import Session as AdkSession
-from google.adk.sessions.state import State
 
-from steerable.errors import TranscriptConflict, UsageError
+from steerable.errors import StoreError, TranscriptConflict, UsageError
 from steerable.integrations._steps import Steps
 from steerable.integrations.adk import _records
-from steerable.messages import Message, Native
+from steerable.integrations.adk._index import (
+    AppIndex,
+    deleted,
+    listed,
+    scoped_state,
+    split_state,
+)
+from steerable.messages import Message
 from steerable.session import Session
-from steerable.store import Store
+from steerable.store import Store, check_count
 
 __all__ = ["SteerableSessionService"]
-
-_INDEX_TRIES = 8  # concurrent writers of one index: each retry re-reads it
 
 
 class _Open:
@@ -90,7 +95,7 @@ class SteerableSessionService(BaseSessionService):
             raise UsageError(f"SteerableSessionService takes a Store, not {type(store).__name__}")
         self.store = store
         self._session_for = session_for
-        self.steers = steers
+        self.steers = check_count(steers, "steers")
         self.author = author
         self._open: dict[str, _Open] = {}
         self._adopted: dict[str, AdkSession] = {}
@@ -117,7 +122,7 @@ class SteerableSessionService(BaseSessionService):
     ) -> AdkSession:
         """A new session, its header stored first; an id already used is AlreadyExistsError."""
         session_id = (session_id or "").strip() or uuid.uuid4().hex
-        own, app, user = _split_state(state or {})
+        own, app, user = split_state(state or {})
         created = time.time()
         session = self.session(session_id)
         try:
@@ -147,7 +152,7 @@ class SteerableSessionService(BaseSessionService):
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
         """The app's sessions this service created (of ``user_id``), oldest first, no events."""
-        live = _sessions(await self._index_records(app_name, needed="list sessions"))
+        live = listed(await self._index_records(app_name, needed="list sessions"))
         return ListSessionsResponse(
             sessions=[
                 AdkSession(id=sid, app_name=app_name, user_id=uid, last_update_time=created)
@@ -157,8 +162,14 @@ class SteerableSessionService(BaseSessionService):
         )
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        """Mark the session deleted in the app's index (its transcript stays in the store)."""
+        """Mark ``user_id``'s session deleted in the app's index (its transcript stays in
+        the store). A session of another app or user, or one this service did not create
+        (no header: it has no owner), is left alone, as ADK's own services do."""
         await self._index_records(app_name, needed="delete sessions")
+        stored = await self.session(session_id).messages()
+        header = _records.header_of(stored[0]) if stored else None
+        if header is None or (header["app_name"], header["user_id"]) != (app_name, user_id):
+            return
         await self._index(app_name, {"deleted": session_id, "user_id": user_id})
         self._open.pop(session_id, None)
 
@@ -176,7 +187,7 @@ class SteerableSessionService(BaseSessionService):
         if _records.user_text(event) is not None:
             prompt, opened.prompt = opened.prompt or event.id, None
         message = _records.event_message(event, prompt_id=prompt)
-        _, app, user = _split_state(event.actions.state_delta if event.actions else {})
+        _, app, user = split_state(event.actions.state_delta if event.actions else {})
         if (app or user) and self.store is not None:
             await self._index(
                 session.app_name, {"state": {"app": app, "user": user}, "user_id": session.user_id}
@@ -274,9 +285,9 @@ class SteerableSessionService(BaseSessionService):
         scoped: dict[str, Any] = {}
         if self.store is not None:
             records = await self._index_records(app_name, needed=None)
-            if session_id not in _sessions(records) and header is not None:
-                return None  # deleted
-            scoped = _scoped_state(records, user_id)
+            if session_id in deleted(records):
+                return None
+            scoped = scoped_state(records, user_id)
         events = _records.events_of(stored, self.author)
         state = _records.session_state(header, events) | scoped
         held = self._open.get(session_id)
@@ -296,72 +307,16 @@ class SteerableSessionService(BaseSessionService):
 
     # -- the app index -------------------------------------------------------------------------
 
-    def _index_session(self, app_name: str) -> Session:
-        assert self.store is not None
-        return Session(f"adk-index:{app_name}", self.store)
-
     async def _index_records(self, app_name: str, *, needed: str | None) -> list[dict[str, Any]]:
         if self.store is None:
             if needed is None:
                 return []
             raise UsageError(f"a SteerableSessionService over session_for cannot {needed}")
-        stored = await self._index_session(app_name).messages()
-        return [json.loads(p.data) for m in stored for p in m.parts if isinstance(p, Native)]
+        return await AppIndex(self.store, app_name).records()
 
     async def _index(self, app_name: str, record: dict[str, Any]) -> None:
-        if self.store is None:
-            return
-        message = Message("user", (Native(_records.FRAMEWORK, json.dumps(record), ""),))
-        for attempt in range(_INDEX_TRIES):
-            index = self._index_session(app_name)
-            stored = await index.messages()
-            try:
-                await index.save([*stored, message])
-                return
-            except TranscriptConflict:
-                if attempt == _INDEX_TRIES - 1:
-                    raise
-                # another writer appended first: read the index again
-
-
-def _split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``state`` as the session's own keys, the ``app:`` ones and the ``user:`` ones."""
-    own: dict[str, Any] = {}
-    app: dict[str, Any] = {}
-    user: dict[str, Any] = {}
-    for key, value in state.items():
-        if key.startswith(State.APP_PREFIX):
-            app[key.removeprefix(State.APP_PREFIX)] = value
-        elif key.startswith(State.USER_PREFIX):
-            user[key.removeprefix(State.USER_PREFIX)] = value
-        elif not key.startswith(State.TEMP_PREFIX):
-            own[key] = value
-    return own, app, user
-
-
-def _sessions(records: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
-    """The sessions an index lists: created and not deleted since, with user and time."""
-    live: dict[str, tuple[str, float]] = {}
-    for record in records:
-        if "created" in record:
-            live[record["created"]] = (record["user_id"], float(record["time"]))
-        elif "deleted" in record:
-            live.pop(record["deleted"], None)
-    return live
-
-
-def _scoped_state(records: list[dict[str, Any]], user_id: str) -> dict[str, Any]:
-    """The ``app:`` state, and ``user_id``'s ``user:`` state, as the index has them now."""
-    app: dict[str, Any] = {}
-    user: dict[str, Any] = {}
-    for record in records:
-        if "state" in record:
-            app.update(record["state"]["app"])
-            if record["user_id"] == user_id:
-                user.update(record["state"]["user"])
-    return {State.APP_PREFIX + k: v for k, v in app.items()} | {
-        State.USER_PREFIX + k: v for k, v in user.items()
-    }
+        if self.store is not None:
+            await AppIndex(self.store, app_name).append(record)
 
 
 def _recent(events: list[Event], config: GetSessionConfig | None) -> list[Event]:
@@ -394,4 +349,6 @@ async def _saved(steps: Steps, new: list[Message]) -> list[Message]:
 
 
 def _missing(session_id: str) -> AdkSession:
-    raise UsageError(f"session {session_id!r} was created but cannot be read back")
+    # the header was stored and its save returned, yet the read back found no session of
+    # this app and user: the store failed (or another writer deleted it meanwhile)
+    raise StoreError(f"session {session_id!r} was created but cannot be read back")
