@@ -44,7 +44,10 @@ class ADKAgent:
 
     Unless ``warm_up`` is False, building the first ADKAgent of a process does one tiny
     keyless ADK run (see :mod:`._warm`): ADK's first run imports its run machinery on the
-    event loop, holding it long enough (up to about a second) to lose a short lease.
+    event loop, holding it long enough (up to about a second) to lose a short lease. The
+    constructor waits for it (about 0.5 s, at most 30 s), blocking a running loop it is
+    built on: build the agent before the replica serves. The warm-up's spans reach a
+    tracer the process set up, and a real model's own lazy imports are not warmed.
     """
 
     def __init__(

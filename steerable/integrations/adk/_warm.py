@@ -7,7 +7,20 @@ hold it for 0.4 s to 1.2 s (measured on two busy cores). A replica whose loop is
 long misses its lease renewals: with a 1 s lease the first turn a replica served was fenced
 and carried on again by the same replica. :func:`warm_up` pays that cost once, up front,
 with a tiny keyless run (a stub model, one tool, our session service and plugin over a
-memory store) on a loop of its own in a thread, so no caller's loop is held by it.
+memory store) on a loop of its own in a thread.
+
+What it does not do, and what it costs:
+
+- The caller waits for it. Built on a running loop (an ``ADKAgent`` made inside an async
+  app), that loop is blocked for the warm-up's length, about 0.5 s: harmless only when
+  the loop holds no lease yet (a replica builds its agent before it serves).
+- It waits at most :data:`TIMEOUT`. A warm-up that hangs (ADK's first run stuck) is left
+  running in its daemon thread, logged, and not tried again: the first turn pays the
+  imports it did not finish.
+- It is a real ADK invocation (app and agent ``warm_up``): a tracer the process set up
+  (OpenTelemetry, which ADK reports to) sees its spans.
+- It warms ADK's own machinery only. A real model's lazy imports (the Gemini client's
+  HTTP stack, LiteLLM) happen at that model's first call, on the turn's loop.
 """
 
 from __future__ import annotations
@@ -33,6 +46,8 @@ __all__ = ["warm_up"]
 
 log = logging.getLogger("steerable.integrations.adk")
 
+TIMEOUT = 30.0  # seconds: ten times the slowest warm-up measured on two busy cores
+
 _lock = threading.Lock()
 _warm = False
 
@@ -41,8 +56,9 @@ def warm_up() -> None:
     """Run one tiny ADK invocation in this process, once (later calls return at once).
 
     It runs on an event loop of its own in a thread, so it can be called from a running
-    loop (that loop waits for it, but holds no lease yet). A failure is logged, not raised:
-    the warm-up only moves a cost, and a real run reports a real problem itself.
+    loop, which is blocked while the caller waits (about 0.5 s, at most :data:`TIMEOUT`).
+    A failure or a timeout is logged, not raised: the warm-up only moves a cost, and a
+    real run reports a real problem itself.
     """
     global _warm
     with _lock:
@@ -58,8 +74,14 @@ def warm_up() -> None:
 
         thread = threading.Thread(target=run, name="steerable-adk-warm-up", daemon=True)
         thread.start()
-        thread.join()
-        if failed:
+        thread.join(TIMEOUT)
+        if thread.is_alive():
+            log.warning(
+                "ADK warm-up run did not end within %.0f s; going on without it (the first"
+                " turn pays ADK's imports)",
+                TIMEOUT,
+            )
+        elif failed:
             log.warning(
                 "ADK warm-up run failed; the first turn pays ADK's imports", exc_info=failed[0]
             )

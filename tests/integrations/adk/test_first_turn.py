@@ -8,11 +8,18 @@ that first run up front (``steerable.integrations.adk._warm``).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
+
+from steerable.integrations.adk import _warm
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -34,3 +41,28 @@ def test_the_first_turn_imports_nothing_of_adk_and_keeps_its_lease(tmp_path: Pat
     assert warm["state"] == "completed"
     counters = warm["counters"]
     assert (counters["claims"], counters["resumed"], counters["fenced"]) == (1, 0, 0)
+
+
+@pytest.mark.timeout(30)
+def test_a_warm_up_that_hangs_is_given_up_after_its_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    stuck = threading.Event()
+
+    async def hang() -> None:  # ADK's first run, stuck
+        await asyncio.to_thread(stuck.wait)
+
+    monkeypatch.setattr(_warm, "_one_run", hang)
+    monkeypatch.setattr(_warm, "_warm", False)
+    monkeypatch.setattr(_warm, "TIMEOUT", 0.2)
+    try:
+        with caplog.at_level(logging.WARNING, logger="steerable.integrations.adk"):
+            _warm.warm_up()
+        given_up = _warm._warm
+    finally:
+        stuck.set()
+        for thread in threading.enumerate():
+            if thread.name == "steerable-adk-warm-up":
+                thread.join(10)
+    assert "did not end within" in caplog.text
+    assert given_up  # not tried again by the next ADKAgent
