@@ -24,10 +24,12 @@ twice), and a step the graph ran again is replaced by the stored one (the store 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AnyMessage, RemoveMessage
+from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.runtime import Runtime
 
 from steerable.errors import UsageError
@@ -40,7 +42,7 @@ from steerable.integrations.langgraph._records import (
     to_stored,
     unanswered_tail,
 )
-from steerable.messages import Message
+from steerable.messages import Message, new_id
 from steerable.session import Session
 from steerable.store import check_count
 
@@ -49,14 +51,32 @@ __all__ = ["SteeringMiddleware"]
 _ASYNC_ONLY = "SteeringMiddleware stores through an async session: run the graph with ainvoke"
 
 
-class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class SteeringState(AgentState[Any]):
+    """``create_agent``'s state with the id of the run that began it (never checkpointed).
+
+    Every node of a run gets its own asyncio task, so no task tells one run from another;
+    this run-scoped value (``UntrackedValue``, like langchain's own run-level counters) does.
+    """
+
+    steerable_run: NotRequired[Annotated[str, UntrackedValue, PrivateStateAttr]]
+
+
+class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
     """Takes ``session``'s steers before each model call and stores the conversation.
 
     ``steers`` is how many steers one run (one ``ainvoke``) takes at most; the rest wait
     for the next run. The conversation goes into ``session``'s transcript at every step:
     the prompt and the steers as steerable user messages, the graph's other messages as
     :class:`~steerable.Native` records (:mod:`steerable.integrations.langgraph`).
+
+    One run at a time: a run that begins while another is under way takes the middleware
+    over, and the run it took it from fails at its next step with :class:`UsageError`,
+    storing nothing more (their messages would interleave in one transcript). No hook
+    runs when a run fails or is cancelled, so a live run cannot be told from a dead one
+    at the newcomer's start: the older run is the one refused.
     """
+
+    state_schema = SteeringState
 
     def __init__(self, session: Session, *, steers: int = 16) -> None:
         super().__init__()
@@ -66,6 +86,7 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.steers = check_count(steers, "steers")
         self._steps: Steps | None = None
         self._ids: set[str] = set()
+        self._run: str | None = None  # the run that holds the middleware
 
     def __repr__(self) -> str:
         return f"SteeringMiddleware({self.session!r}, steers={self.steers})"
@@ -76,29 +97,31 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return [] if self._steps is None else list(self._steps.taken)
 
     # LangGraph calls the sync hooks under invoke/stream: say so rather than block on I/O.
-    def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def before_agent(self, state: SteeringState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Refused: see :meth:`abefore_agent`."""
         raise UsageError(_ASYNC_ONLY)
 
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def before_model(self, state: SteeringState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Refused: see :meth:`abefore_model`."""
         raise UsageError(_ASYNC_ONLY)
 
-    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def after_agent(self, state: SteeringState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Refused: see :meth:`aafter_agent`."""
         raise UsageError(_ASYNC_ONLY)
 
     async def abefore_agent(
-        self, state: AgentState[Any], runtime: Runtime[Any]
+        self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """A new run: its steer count starts again, and what is stored is read afresh."""
-        self._steps = None
-        return None
+        """A new run: it holds the middleware, its steer count starts again, and what is
+        stored is read afresh."""
+        self._run, self._steps = new_id(), None
+        return {"steerable_run": self._run}
 
     async def abefore_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
+        self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Store what the graph added and take the waiting steers, in one store call."""
+        run = self._hold(state)
         messages = list(state["messages"])
         steps = await self._begin()
         # What the store holds past the graph's state: an earlier attempt's step whose
@@ -109,13 +132,14 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._ids.update(m.id for m in [*new, *taken])
         back: list[Any] = [RemoveMessage(id=id) for id in dropped]
         back += from_stored(behind) + [steer_message(m) for m in taken]
-        return {"messages": back} if back else None
+        return {"messages": back, "steerable_run": run}
 
     async def aafter_agent(
-        self, state: AgentState[Any], runtime: Runtime[Any]
+        self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Store the run's last messages (its answer), taking no steer: a steer that came
         while the model wrote the answer waits for the next run."""
+        self._hold(state)
         await self.finish(state["messages"])
         return None
 
@@ -127,6 +151,22 @@ class SteeringMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         new = self._new(complete)
         await steps.save(new)
         self._ids.update(m.id for m in new)
+
+    def _hold(self, state: SteeringState) -> str:
+        """The id of the run of ``state``, refused unless that run holds the middleware.
+
+        A run resumed after an interrupt has no id (untracked values are not checkpointed):
+        it takes the middleware, as a new run would."""
+        run = state.get("steerable_run")
+        if run is None:
+            self._run = new_id()
+            return self._run
+        if run != self._run:
+            raise UsageError(
+                "another run of this SteeringMiddleware began while this one ran: one run"
+                " of a session at a time (this run stops here, storing nothing more)"
+            )
+        return run
 
     async def _begin(self) -> Steps:
         if self._steps is None:

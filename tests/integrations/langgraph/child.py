@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentState
 from langchain.agents.middleware.types import InputAgentState
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -36,6 +35,7 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.runtime import Runtime
 
 from steerable.integrations.langgraph import SteeringMiddleware
+from steerable.integrations.langgraph._middleware import SteeringState
 from steerable.session import Session
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.langgraph.chat import ScriptedChat
@@ -55,7 +55,7 @@ class _DyingAfterTheTake(SteeringMiddleware):
         return "SteeringMiddleware"
 
     async def abefore_model(
-        self, state: AgentState[Any], runtime: Runtime[Any]
+        self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         update = await super().abefore_model(state, runtime)
         if self.taken:

@@ -7,6 +7,7 @@ its own checkpointer.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,35 @@ def test_a_tool_artifact_that_is_not_json_is_kept_as_its_str() -> None:
     (back,) = from_stored([to_stored(message)])
     assert isinstance(back, ToolMessage) and back.id == "t" and back.content == "done"
     assert back.artifact == "out.bin"
+
+
+async def test_a_run_begun_while_another_runs_takes_over_and_the_other_stores_no_more(
+    tmp_path: Path,
+) -> None:
+    # Two ainvoke through one middleware: the first waits in its tool while the second
+    # runs to its end; the first then fails at its next step, storing nothing more.
+    working, release = asyncio.Event(), asyncio.Event()
+
+    async def first_call_waits() -> None:
+        if not working.is_set():
+            working.set()
+            await release.wait()
+
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session("s", store)
+        agent = create_agent(
+            ScriptedChat(rounds=1),
+            [work_tool(first_call_waits)],
+            middleware=[SteeringMiddleware(session)],
+        )
+        first = asyncio.ensure_future(agent.ainvoke(_prompt("one", "p1")))
+        await asyncio.wait_for(working.wait(), 30)
+        second = await agent.ainvoke(_prompt("two", "p2"))
+        release.set()
+        with pytest.raises(UsageError, match="one run of a session at a time"):
+            await first
+        stored = await session.messages()
+    assert second["messages"][-1].text == "answered: two"
+    # the first run's prompt was stored at its first step; nothing of it after the takeover
+    assert shape(stored) == ["user:one", "user:two", "ai", "tool", "ai"]
+    assert valid(from_stored(stored))
