@@ -10,7 +10,7 @@ the last holder stored: the steers it took are history then, never taken again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents import Agent as SDKAgent
@@ -34,7 +34,8 @@ _INTERRUPTED = (
 class OpenAIAgentsAgent:
     """Serve ``agent`` (an ``agents.Agent``) with ``run_config`` and ``max_turns``.
 
-    ``context`` is passed to every run as the SDK's run context. A turn takes at most
+    ``context`` is passed to every run as the SDK's run context; ``context_for``, instead,
+    makes each run's context from the session id. A turn takes at most
     :attr:`steers_per_turn` steers; past that each steer is a turn of its own.
     """
 
@@ -47,13 +48,19 @@ class OpenAIAgentsAgent:
         run_config: RunConfig | None = None,
         max_turns: int = 10,
         context: Any = None,
+        context_for: Callable[[str], Any] | None = None,
     ) -> None:
         if not isinstance(agent, SDKAgent):
             raise UsageError(f"OpenAIAgentsAgent serves an agents.Agent, not {agent!r}")
         self.agent = agent
         self.run_config = run_config
         self.max_turns = check_count(max_turns, "max_turns")
+        if context_for is not None and (context is not None or not callable(context_for)):
+            raise UsageError(
+                "OpenAIAgentsAgent takes context or context_for (a callable), not both"
+            )
         self.context = context
+        self.context_for = context_for
 
     def __repr__(self) -> str:
         return f"OpenAIAgentsAgent({self.agent.name!r}, max_turns={self.max_turns})"
@@ -66,7 +73,7 @@ class OpenAIAgentsAgent:
         run = Runner.run(
             self.agent,
             [],  # the prompt is the history's (stored or not): nothing new to add
-            context=self.context,
+            context=self.context if self.context_for is None else self.context_for(turn.session),
             max_turns=self.max_turns,
             run_config=steering(session, self.run_config),
             session=session,

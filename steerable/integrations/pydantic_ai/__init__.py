@@ -5,7 +5,7 @@
 - :class:`PydanticAIAgent`: a Pydantic AI agent as an agent of the service.
 - :class:`SteerableConversationStore`: Pydantic AI's ``ConversationStore`` over any
   steerable store.
-- :func:`history` / :func:`record`: a stored transcript as Pydantic AI messages, and back.
+- :func:`history`: a stored transcript as Pydantic AI messages (what a run starts from).
 
 Install with ``pip install 'steerable[pydantic-ai]'``. ``docs/integrations.md`` says where
 Pydantic AI has no step to take a steer at.
@@ -22,24 +22,7 @@ except ImportError as exc:
 
 from steerable.integrations.pydantic_ai._agent import PydanticAIAgent
 from steerable.integrations.pydantic_ai._conversations import SteerableConversationStore
-from steerable.integrations.pydantic_ai._records import (
-    FRAMEWORK,
-    STEER_KEY,
-    history,
-    model_message,
-    record,
-    steer_request,
-)
+from steerable.integrations.pydantic_ai._records import history
 from steerable.integrations.pydantic_ai._steering import Steering
 
-__all__ = [
-    "FRAMEWORK",
-    "STEER_KEY",
-    "PydanticAIAgent",
-    "SteerableConversationStore",
-    "Steering",
-    "history",
-    "model_message",
-    "record",
-    "steer_request",
-]
+__all__ = ["PydanticAIAgent", "SteerableConversationStore", "Steering", "history"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from pydantic_ai.agent import AbstractAgent
@@ -22,10 +23,12 @@ class PydanticAIAgent:
     The turn's transcript becomes the run's ``message_history``; a turn carried on after a
     takeover runs on from what is stored (its prompt already in the history, not passed
     again). ``usage_limits`` and ``deps`` go to every run; a usage limit that ends a run ends
-    the turn ``max_steps``.
+    the turn ``max_steps``. ``deps_for``, instead of ``deps``, makes each run's deps from the
+    session id (a per-session connection, say). A turn takes at most :attr:`steers_per_turn`
+    steers; past that each steer is a turn of its own.
     """
 
-    STEERS = 16
+    steers_per_turn = 16
 
     def __init__(
         self,
@@ -33,6 +36,7 @@ class PydanticAIAgent:
         *,
         usage_limits: UsageLimits | None = None,
         deps: Any = None,
+        deps_for: Callable[[str], Any] | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise UsageError(
@@ -40,15 +44,13 @@ class PydanticAIAgent:
             )
         self.agent = agent
         self.usage_limits = usage_limits
+        if deps_for is not None and (deps is not None or not callable(deps_for)):
+            raise UsageError("PydanticAIAgent takes deps or deps_for (a callable), not both")
         self.deps = deps
+        self.deps_for = deps_for
 
     def __repr__(self) -> str:
         return f"PydanticAIAgent({self.agent.name or type(self.agent).__name__!r})"
-
-    @property
-    def steers_per_turn(self) -> int:
-        """16: the steers one turn may take."""
-        return self.STEERS
 
     async def run_turn(self, turn: Turn) -> Outcome:
         """Run the turn to its answer, a usage limit, a failure or a stop."""
@@ -64,7 +66,7 @@ class PydanticAIAgent:
             message_history=steering.history or None,
             capabilities=[steering],
             usage_limits=self.usage_limits,
-            deps=self.deps,
+            deps=self.deps if self.deps_for is None else self.deps_for(turn.session),
         )
         try:
             result, stopped = await until_stopped(turn, run)

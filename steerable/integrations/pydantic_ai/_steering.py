@@ -42,9 +42,10 @@ class Steering(AbstractCapability[Any]):
     """Steers of ``session`` taken at each model request of one run, the run stored at each.
 
     ``stored`` is the session's transcript (what :meth:`load` reads); pass :attr:`history`
-    as the run's ``message_history``. ``steers`` caps the steers the run takes;
-    ``prompt_id`` is the id to store the run's prompt under (a new one by default). One
-    instance serves one run::
+    as the run's ``message_history``. Without ``stored`` the session must be new (the run
+    checks as it starts: a stored session is a :class:`~steerable.UsageError`). ``steers``
+    caps the steers the run takes; ``prompt_id`` is the id to store the run's prompt under
+    (a new one by default). One instance serves one run::
 
         steering = await Steering.load(session)
         result = await agent.run("hi", message_history=steering.history,
@@ -54,13 +55,15 @@ class Steering(AbstractCapability[Any]):
     def __init__(
         self,
         session: Session,
-        stored: Sequence[Message] = (),
+        stored: Sequence[Message] | None = None,
         *,
         steers: int = 16,
         prompt_id: str | None = None,
     ) -> None:
         if not isinstance(session, Session):
             raise UsageError(f"Steering takes a steerable Session, not {type(session).__name__}")
+        self._unread = stored is None  # the run checks that the session is new
+        stored = () if stored is None else stored
         self.steps = Steps(session, stored, steers=steers)
         self.history: list[ModelMessage] = history(stored)
         """The Pydantic AI history of ``stored``: the run's ``message_history``."""
@@ -103,6 +106,12 @@ class Steering(AbstractCapability[Any]):
         if self._started:
             raise UsageError("a Steering serves one run; make a new one (Steering.load) per run")
         self._started = True
+        if self._unread and await self.steps.session.messages():
+            raise UsageError(
+                f"session {self.steps.session.id!r} has a stored transcript, and this Steering"
+                " was given none: use `await Steering.load(session)` and pass its `history`"
+                " as the run's `message_history`"
+            )
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -111,7 +120,7 @@ class Steering(AbstractCapability[Any]):
         self._messages = ctx.messages
         new, anchor = self._new(ctx.messages)
         taken = await self.steps.step(new)
-        self._moved(new, anchor)
+        self._mark_stored(new, anchor)
         for message in taken:
             ctx.enqueue(steer_request(message), priority="asap")
         return request_context
@@ -142,9 +151,9 @@ class Steering(AbstractCapability[Any]):
     async def _save_rest(self, messages: list[ModelMessage], *, repair: bool = False) -> None:
         new, anchor = self._new(messages, repair=repair)
         await self.steps.save(new)
-        self._moved(new, anchor)
+        self._mark_stored(new, anchor)
 
-    def _moved(self, new: list[Message], anchor: ModelMessage | None) -> None:
+    def _mark_stored(self, new: list[Message], anchor: ModelMessage | None) -> None:
         # only once the store holds them: a failed step is redone whole by the next one
         self._anchor = anchor
         if new:
@@ -167,7 +176,7 @@ class Steering(AbstractCapability[Any]):
         for message in tail:
             if steer_id(message) in taken:
                 continue  # stored already, by the take, as the steerable message it carries
-            prompt = self._prompt_open and not new and _says(message)
+            prompt = self._prompt_open and not new and _holds_user_prompt(message)
             new.append(record(message, id=self._prompt_id if prompt else None, prompt=prompt))
         return new, (messages[-1] if messages else self._anchor)
 
@@ -208,7 +217,7 @@ def _index(messages: list[ModelMessage], anchor: ModelMessage) -> int:
     )
 
 
-def _says(message: ModelMessage) -> bool:
+def _holds_user_prompt(message: ModelMessage) -> bool:
     return isinstance(message, ModelRequest) and any(
         isinstance(p, UserPromptPart) for p in message.parts
     )

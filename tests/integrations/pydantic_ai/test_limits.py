@@ -11,7 +11,8 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_ai.models import ModelRequestContext
 
 from steerable import Session
-from steerable.integrations.pydantic_ai import STEER_KEY, Steering, history
+from steerable.integrations.pydantic_ai import Steering, history
+from steerable.integrations.pydantic_ai._records import STEER_KEY
 from steerable.stores.memory import MemoryStore
 from tests.integrations.pydantic_ai.support import Script, call, problems, say, view
 

@@ -101,3 +101,15 @@ async def test_a_run_not_given_the_stored_history_is_refused() -> None:
     with pytest.raises(UsageError, match="does not start from the stored transcript"):
         await agent.run("again", capabilities=[steering])
     assert await session.messages() == before
+
+
+async def test_a_steering_made_without_the_stored_transcript_of_a_stored_session_is_refused() -> (
+    None
+):
+    session = Session("s", MemoryStore())
+    agent = _agent(session)
+    await agent.run("go", capabilities=[Steering(session)])  # a new session: fine
+    before = await session.messages()
+    with pytest.raises(UsageError, match=r"Steering\.load"):
+        await agent.run("again", capabilities=[Steering(session)])
+    assert await session.messages() == before

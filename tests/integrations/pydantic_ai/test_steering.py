@@ -8,7 +8,8 @@ from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from steerable import Session, transcript_problems
-from steerable.integrations.pydantic_ai import STEER_KEY, Steering, history
+from steerable.integrations.pydantic_ai import Steering, history
+from steerable.integrations.pydantic_ai._records import STEER_KEY
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.pydantic_ai.support import (
     Script,
