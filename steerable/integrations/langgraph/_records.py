@@ -2,12 +2,14 @@
 
 The stored transcript is the truth, in one layout:
 
-- a user's plain-text message (the prompt, a steer) is a steerable user message of its
-  own id, so each input appears once, under the id the service and the store know;
+- a user's plain-text message (the prompt, a steer: a HumanMessage of text and nothing
+  else) is a steerable user message of its own id, so each input appears once, under the
+  id the service and the store know;
 - every other message of the graph (the model's replies, tool calls and their results, a
-  human message of content blocks) is kept verbatim, as langchain serialises it
-  (``message_to_dict``), in a :class:`~steerable.Native` part named ``"langgraph"``, under
-  the message's own id.
+  human message of content blocks or with ``additional_kwargs``, a name or metadata, such
+  as the summary langchain's ``SummarizationMiddleware`` adds) is kept verbatim, as
+  langchain serialises it (``message_to_dict``), in a :class:`~steerable.Native` part
+  named ``"langgraph"``, under the message's own id.
 
 Reading it back gives the same langchain messages with the same ids, so LangGraph's
 ``add_messages`` recognises them (an id it holds already is replaced, never added twice).
@@ -48,11 +50,24 @@ def to_stored(message: BaseMessage) -> Message:
     """``message`` as the stored transcript keeps it (its id must be set)."""
     if not message.id:
         raise UsageError(f"a LangGraph message to store has an id: {message!r}")
-    if isinstance(message, HumanMessage) and isinstance(message.content, str):
-        return Message("user", (Text(message.content),), id=message.id)
+    if _plain_text(message):
+        return Message("user", (Text(message.text),), id=message.id)
     role: Role = "assistant" if isinstance(message, AIMessage) else "user"
     data = json.dumps(message_to_dict(message), default=_json_default, ensure_ascii=False)
     return Message(role, (Native(FRAMEWORK, data, message.text),), id=message.id)
+
+
+def _plain_text(message: BaseMessage) -> bool:
+    # Only a human message that is its text and nothing more is an input (a prompt, a
+    # steer): a summary SummarizationMiddleware adds is a HumanMessage marked in
+    # additional_kwargs, and stored as plain text it would pass for the user's words.
+    return (
+        isinstance(message, HumanMessage)
+        and isinstance(message.content, str)
+        and not message.additional_kwargs
+        and not message.response_metadata
+        and message.name is None
+    )
 
 
 def from_stored(messages: Iterable[Message]) -> list[AnyMessage]:

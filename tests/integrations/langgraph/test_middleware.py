@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
 from langchain.agents.middleware.types import InputAgentState
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -193,3 +194,35 @@ async def test_a_run_begun_while_another_runs_takes_over_and_the_other_stores_no
     # the first run's prompt was stored at its first step; nothing of it after the takeover
     assert shape(stored) == ["user:one", "user:two", "ai", "tool", "ai"]
     assert valid(from_stored(stored))
+
+
+def test_a_human_message_with_more_than_text_is_kept_verbatim() -> None:
+    plain = HumanMessage("plan my week", id="p")
+    marked = HumanMessage("a summary", id="s", additional_kwargs={"lc_source": "summarization"})
+    named = HumanMessage("hi", id="n", name="alice")
+    assert shape([to_stored(plain)]) == ["user:plan my week"]
+    assert shape([to_stored(m) for m in (marked, named)]) == ["human", "human"]
+    back = from_stored([to_stored(m) for m in (plain, marked, named)])
+    assert back == [plain, marked, named]
+
+
+async def test_a_summary_of_summarization_middleware_is_stored_as_langchain_s_not_an_input(
+    tmp_path: Path,
+) -> None:
+    summarize = SummarizationMiddleware(
+        ScriptedChat(rounds=0), trigger=("messages", 3), keep=("messages", 2)
+    )
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        session = Session("s", store)
+        agent = create_agent(
+            ScriptedChat(rounds=1),
+            [work_tool()],
+            middleware=[summarize, SteeringMiddleware(session)],
+        )
+        await agent.ainvoke(_prompt("plan my week", "p"))
+        stored = await session.messages()
+    summaries = [m for m in from_stored(stored) if m.additional_kwargs.get("lc_source")]
+    assert len(summaries) == 1 and summaries[0].text.startswith("Here is a summary")
+    # the store only appends: the prompt the summary replaced in the graph's state is kept,
+    # and the summary is stored where the state has it, before the messages it kept
+    assert shape(stored) == ["user:plan my week", "human", "ai", "tool", "ai"]
