@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import SummarizationMiddleware
+from langchain.agents.middleware import AgentMiddleware, SummarizationMiddleware
 from langchain.agents.middleware.types import InputAgentState
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -209,7 +209,7 @@ def test_a_human_message_with_more_than_text_is_kept_verbatim() -> None:
 async def test_a_summary_of_summarization_middleware_is_stored_as_langchain_s_not_an_input(
     tmp_path: Path,
 ) -> None:
-    summarize = SummarizationMiddleware(
+    summarize: AgentMiddleware[Any, Any, Any] = SummarizationMiddleware(
         ScriptedChat(rounds=0), trigger=("messages", 3), keep=("messages", 2)
     )
     async with SQLiteStore(tmp_path / "s.db") as store:
