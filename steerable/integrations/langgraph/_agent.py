@@ -42,6 +42,10 @@ from steerable.store import check_count
 
 __all__ = ["LangGraphAgent"]
 
+# The key ainvoke's output holds a paused run's interrupts under (langgraph.constants has it
+# as a deprecated, private name since LangGraph 1.0).
+_INTERRUPT = "__interrupt__"
+
 
 class LangGraphAgent:
     """Runs each turn with ``create_agent(model, tools, ...)``, or with ``graph``.
@@ -110,7 +114,7 @@ class LangGraphAgent:
             return Outcome("max_steps", error=f"GraphRecursionError: {exc}")
         if stopped or state is None:
             return Outcome("stopped")
-        return Outcome("completed", _final_text(state["messages"]))
+        return _ended(state)
 
     async def _run_graph(
         self,
@@ -130,7 +134,28 @@ class LangGraphAgent:
         complete = messages[: len(messages) - unanswered_tail(messages)]
         new = [to_stored(m) for m in complete if m.id not in known]
         await Steps(turn.store_session, steers=0).save([*turn.messages, *new])
-        return Outcome("completed", _final_text(messages))
+        return _ended(state)
+
+
+def _ended(state: dict[str, Any]) -> Outcome:
+    """The outcome of a graph run that returned ``state``.
+
+    A run that paused at an ``interrupt()`` (langchain's ``HumanInTheLoopMiddleware``, or a
+    node of your own) returns its state with ``"__interrupt__"``; nothing under the service
+    can answer it (a turn has no human to ask, and no checkpoint to resume from), so the
+    turn fails, saying so, rather than end "completed" with no answer.
+    """
+    interrupts = state.get(_INTERRUPT)
+    if interrupts:
+        asked = "; ".join(repr(getattr(i, "value", i)) for i in interrupts)
+        return Outcome(
+            "failed",
+            error=(
+                "the graph stopped at an interrupt (such as HumanInTheLoopMiddleware's),"
+                f" which a turn under the service cannot answer: {asked}"
+            ),
+        )
+    return Outcome("completed", _final_text(state["messages"]))
 
 
 def _final_text(messages: Sequence[AnyMessage]) -> str:

@@ -11,6 +11,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import BaseMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -160,4 +161,22 @@ async def test_a_turn_past_its_recursion_limit_ends_max_steps_with_a_valid_trans
     assert done is not None and done.state == "max_steps"
     assert "GraphRecursionError" in (done.error or "")
     assert shape(stored)[:3] == ["user:go on", "ai", "tool"] and shape(stored)[-1] == "tool"
+    assert valid(from_stored(stored))
+
+
+async def test_a_human_in_the_loop_interrupt_fails_the_turn_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    asks = HumanInTheLoopMiddleware(interrupt_on={"work": True})
+    agent = LangGraphAgent(ScriptedChat(rounds=1), [work_tool()], middleware=[asks])
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        service = Service(store, agent, poll=0.05)
+        async with service.serving():
+            await service.send("s", "go on", id="go")
+            done = await service.wait("s", "go", seconds=30)
+            stored = await _transcript(service, "s")
+    assert done is not None and done.state == "failed", done
+    assert "interrupt" in (done.error or "") and "HumanInTheLoopMiddleware" in (done.error or "")
+    # what ran before the interrupt is stored; the call it asked about is not
+    assert shape(stored) == ["user:go on"]
     assert valid(from_stored(stored))
