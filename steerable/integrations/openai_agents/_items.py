@@ -39,7 +39,8 @@ _CALLS = frozenset(
 _OUTPUTS = frozenset(f"{kind}_output" for kind in _CALLS)
 
 
-def _as_dict(item: object) -> dict[str, Any]:
+def as_dict(item: object) -> dict[str, Any]:
+    """``item`` as a dict (an SDK object as its JSON); not an item: InvalidMessage."""
     if isinstance(item, Mapping):
         return dict(item)
     dump = getattr(item, "model_dump", None)  # an SDK pydantic object, handed over as is
@@ -120,7 +121,7 @@ def to_messages(items: Sequence[object], names: Mapping[str, str] | None = None)
         run.clear()
 
     for item in items:
-        data = _as_dict(item)
+        data = as_dict(item)
         this = _tool_side(data)
         if this != side:
             end_run()
@@ -143,7 +144,7 @@ def _single(data: dict[str, Any]) -> Message:
 
 def call_names(items: Sequence[object]) -> dict[str, str]:
     """Each call's tool name by call id, of the calls among ``items``."""
-    calls = (_as_dict(item) for item in items)
+    calls = (as_dict(item) for item in items)
     return {
         d["call_id"]: str(d.get("name", d.get("type"))) for d in calls if _tool_side(d) == "call"
     }
@@ -153,7 +154,7 @@ def answered(items: Sequence[object]) -> int:
     """How many of ``items`` to store now: all, but from the first call that no item of them
     answers (the call of a tool that waits for approval, say: a provider refuses a call
     without its output, so it is kept back until the output comes)."""
-    dicts = [_as_dict(item) for item in items]
+    dicts = [as_dict(item) for item in items]
     outputs = {d["call_id"] for d in dicts if _tool_side(d) == "output"}
     for index, data in enumerate(dicts):
         if _tool_side(data) == "call" and data["call_id"] not in outputs:
@@ -173,7 +174,7 @@ def same_item(a: object, b: object) -> bool:
     """Whether two items are one, ignoring the bookkeeping the SDK may add or drop on the way
     between its input and its session (an item's ``id``, ``status``)."""
     try:
-        left, right = _as_dict(a), _as_dict(b)
+        left, right = as_dict(a), as_dict(b)
     except InvalidMessage:
         return False
     for volatile in ("id", "status"):

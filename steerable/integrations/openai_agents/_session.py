@@ -43,6 +43,7 @@ from steerable.errors import UsageError
 from steerable.integrations._steps import Steps
 from steerable.integrations.openai_agents._items import (
     answered,
+    as_dict,
     call_names,
     same_item,
     to_items,
@@ -141,6 +142,7 @@ class SteerableSession:
         if self._steps is None:
             await self._load()
         for item in items:
+            as_dict(item)  # not an item: refused now, not at the save it would come to
             if self._given == len(self._view):
                 self._view.append(copy.deepcopy(item))
             self._given += 1
@@ -155,9 +157,7 @@ class SteerableSession:
         its last items to :meth:`flush`."""
         if not items or not self._stepped:
             return False
-        last = items[-1]
-        kind = last.get("type") if isinstance(last, dict) else getattr(last, "type", None)
-        return not str(kind).endswith("_output")
+        return not str(as_dict(items[-1]).get("type")).endswith("_output")
 
     async def flush(self) -> None:
         """Store what the run handed over that no step stored yet, taking no steer.
@@ -195,7 +195,8 @@ class SteerableSession:
         self._stored = end
         return taken
 
-    def _ours(self, items: Sequence[object]) -> bool:
+    def _extends_view(self, items: Sequence[object]) -> bool:
+        """Whether a request's ``items`` start with this run's items (else: a nested run)."""
         view = self._view[self._first :]
         return len(items) >= len(view) and all(map(same_item, items, view))
 
@@ -209,7 +210,7 @@ class SteerableSession:
             )
         model_data = data.model_data
         items = list(model_data.input)
-        if not self._ours(items):
+        if not self._extends_view(items):
             return model_data
         first = self._first
         self._view.extend(copy.deepcopy(items[len(self._view) - first :]))

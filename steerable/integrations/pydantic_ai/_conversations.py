@@ -30,10 +30,21 @@ from pydantic_ai.conversation_store import (
 from pydantic_ai.messages import ModelResponse, ToolReturnPart
 from pydantic_ai.usage import RunUsage
 
-from steerable.errors import TranscriptConflict, UsageError
+from steerable.errors import StoreError, TranscriptConflict, UsageError
 from steerable.integrations.pydantic_ai._records import model_message, record
 from steerable.messages import Message
 from steerable.store import CheckedStore, Store
+
+
+class UnknownEntry(StoreError, KeyError):
+    """No such entry in the store: a place past a transcript's end, or not an entry id.
+
+    A :class:`~steerable.StoreError`, and a ``KeyError`` as Pydantic AI's own in-memory
+    store raises for an unknown entry, so code written for either catches it.
+    """
+
+    def __str__(self) -> str:  # KeyError's own quotes its argument like a repr
+        return str(self.args[0]) if self.args else ""
 
 
 class SteerableConversationStore(ConversationStore):
@@ -118,7 +129,7 @@ class SteerableConversationStore(ConversationStore):
         position, session = _parse(entry_id)
         entries = await self.read_history(entry_id, limit=1)
         if not entries:
-            raise LookupError(f"no entry {position} in conversation {session!r}")
+            raise UnknownEntry(f"no entry {position} in conversation {session!r}")
         return entries[0]
 
     async def read_history(
@@ -130,7 +141,7 @@ class SteerableConversationStore(ConversationStore):
         position, session = _parse(head_id)
         messages = await self.store.messages(session)
         if position >= len(messages):
-            raise LookupError(f"no entry {position} in conversation {session!r}")
+            raise UnknownEntry(f"no entry {position} in conversation {session!r}")
         first = 0 if limit is None else max(0, position + 1 - limit)
         return [
             ConversationEntry(
@@ -195,5 +206,5 @@ def _entry(session: str, position: int) -> str:
 def _parse(entry_id: str) -> tuple[int, str]:
     position, at, session = entry_id.partition("@")
     if not at or not position.isdigit() or not session:
-        raise LookupError(f"not an entry of a steerable transcript: {entry_id!r}")
+        raise UnknownEntry(f"not an entry of a steerable transcript: {entry_id!r}")
     return int(position), session

@@ -255,6 +255,8 @@ async def test_pop_and_clear_are_refused_on_an_append_only_store() -> None:
         await session.clear_session()
     assert await session.get_items() == [{"role": "user", "content": "hi"}]
     assert await session.get_items(limit=0) == []
+    with pytest.raises(UsageError, match="not an input item"):
+        await session.add_items([42])  # type: ignore[list-item]
 
 
 def test_misuse_is_a_usage_error() -> None:

@@ -7,7 +7,7 @@ from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationConflict
 
-from steerable import Session, UsageError
+from steerable import Session, StoreError, UsageError
 from steerable.integrations.pydantic_ai import SteerableConversationStore, Steering
 from steerable.stores.memory import MemoryStore
 from tests.integrations.pydantic_ai.support import Script, say, view
@@ -51,3 +51,14 @@ async def test_what_a_transcript_cannot_hold_is_refused() -> None:
         await store.list_conversations()
     with pytest.raises(UsageError, match="scope"):
         await store.save(Conversation(conversation_id="d"), scope="team")
+
+
+async def test_an_unknown_entry_is_a_store_error_and_a_key_error() -> None:
+    store = SteerableConversationStore(MemoryStore())
+    agent = Agent(Script(say("one")).model)
+    await store.save(await agent.run("hi", conversation=Conversation(conversation_id="c")))
+    assert (await store.read_entry("1@c")).id == "1@c"
+    for entry in ("2@c", "not an entry"):
+        with pytest.raises(StoreError) as raised:
+            await store.read_entry(entry)
+        assert isinstance(raised.value, KeyError) and "entry" in str(raised.value)
