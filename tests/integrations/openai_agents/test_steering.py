@@ -264,3 +264,29 @@ def test_misuse_is_a_usage_error() -> None:
         SteerableSession("s")  # type: ignore[arg-type]
     with pytest.raises(UsageError):
         steering(Session("s", MemoryStore()))  # type: ignore[arg-type]
+
+
+async def test_only_at_a_step_a_steer_during_a_long_tool_waits_for_its_return() -> None:
+    base = open_session("s", MemoryStore())
+    waiting: list[list[str]] = []
+
+    @function_tool
+    async def look(q: str) -> str:
+        """Work a while: a steer comes in the middle, the tool goes on."""
+        await base.steer("meanwhile", id="k")
+        for _ in range(20):  # the run's other tasks get their turns: none takes it
+            await asyncio.sleep(0.01)
+        waiting.append([s.id for s in await base.steers()])
+        return "found"
+
+    model = ScriptedModel(calls_then_answer("x"))
+    session = SteerableSession(base)
+    agent = Agent(name="a", model=model, tools=[look])
+    await Runner.run(agent, "go", run_config=steering(session), session=session)
+    assert waiting == [["k"]]  # still waiting as the tool returned
+    assert kinds(model.calls[1].input) == [
+        "user:go",
+        "function_call",
+        "function_call_output",
+        "user:meanwhile",
+    ]

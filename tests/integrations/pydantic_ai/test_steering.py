@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from pydantic_ai import Agent, RunContext
@@ -76,3 +77,26 @@ async def test_a_steer_sent_during_a_tool_call_is_in_the_next_request_once_in_pl
     ran = [m for m in result.all_messages() if not (m.metadata or {}).get(STEER_KEY)]
     kept = [m for m in rebuilt if not (m.metadata or {}).get(STEER_KEY)]
     assert ModelMessagesTypeAdapter.dump_json(kept) == ModelMessagesTypeAdapter.dump_json(ran)
+
+
+async def test_only_at_a_step_a_steer_during_a_long_tool_waits_for_its_return() -> None:
+    from steerable.stores.memory import MemoryStore
+
+    script = Script(call("lookup", "c1"), say("done"))
+    agent = Agent(script.model)
+    session = Session("s", MemoryStore())
+    waiting: list[list[str]] = []
+
+    @agent.tool_plain
+    async def lookup() -> str:
+        """Work a while: a steer comes in the middle, the tool goes on."""
+        await session.steer("meanwhile", id="k")
+        for _ in range(20):  # the run's other tasks get their turns: none takes it
+            await asyncio.sleep(0.01)
+        waiting.append([s.id for s in await session.steers()])
+        return "found"
+
+    steering = await Steering.load(session)
+    await agent.run("go", capabilities=[steering])
+    assert waiting == [["k"]]  # still waiting as the tool returned
+    assert script.views()[1] == ["user:go", "call:c1", "return:c1", "user:meanwhile"]
