@@ -60,8 +60,10 @@ class SteerableSaver(BaseCheckpointSaver[str]):
     ``JsonPlusSerializer`` by default); ``cache`` is how many threads' logs one process
     keeps. Use the async methods (``ainvoke``, ``astream``); the sync ones work only from
     a thread other than the event loop's that the saver was first used on.
-    ``list(None)`` and ``delete_for_runs`` need a listing of threads, which a store does
-    not give: they raise :class:`UsageError`.
+    ``list(None)`` needs a listing of threads, which a store does not give: it raises
+    :class:`UsageError`. ``delete_for_runs`` needs one too and is not provided: LangGraph's
+    base class raises ``NotImplementedError`` for it (its conformance suite reports it
+    absent), sync or async.
     """
 
     def __init__(
@@ -282,6 +284,14 @@ class SteerableSaver(BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str) -> None:
         """:meth:`adelete_thread`, from a thread other than the event loop's."""
         self._sync(self.adelete_thread(thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`aprune`, from a thread other than the event loop's."""
+        self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`acopy_thread`, from a thread other than the event loop's."""
+        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The next version: a zero-padded counter, then random digits.
