@@ -159,15 +159,16 @@ async def test_a_run_killed_after_its_step_took_a_steer_is_retried_with_it_once(
 async def test_three_replicas_serve_the_agent_and_a_steer_through_another_joins_the_next_step(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    agent = "tests.integrations.openai_agents.support:replica_agent"
+    agent = "tests.integrations.openai_agents.support:gated_agent"
     async with Replicas(postgres_url, tmp_path) as group:
-        a, _, _ = await group.start("a", "b", "c", lease=2, seconds=1.0, agent=agent)
+        a, _, _ = await group.start("a", "b", "c", lease=2, calls=1, agent=agent)
         await a.call("send", session="s", text="plan my week", id="p")
         await until(lambda: _asked(group, 1), "the turn's first request")
         holder = group.requests()[0]["replica"]
         other = group.others(holder)[0]
         steer = await other.call("steer", session="s", text="skip fri", id="k")
         assert steer["turn"] == "p"
+        (tmp_path / "gate-0").touch()  # only now does the tool call return: the steer waits
         await until(lambda: _answered(a), "the turn's end")
         requests = group.requests()
     assert len(requests) == 2 and {r["replica"] for r in requests} == {holder}
