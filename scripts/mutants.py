@@ -1,9 +1,12 @@
-"""Durability mutants: small, plausible bugs in the stores, the session and the loop.
+"""Durability mutants: small, plausible bugs in the stores, the session, the loop and the
+framework integrations.
 
-Each mutant replaces one snippet of one file in a scratch copy of the working tree, runs the
-tests that guard that promise against the copy, and counts as *caught* when they fail. A
-mutant whose snippet is not found exactly once is an error of this script, not a pass: the
-code moved and the mutant must be rewritten. The table goes in docs/testing.md.
+Each mutant replaces one snippet of one file (or a few that make one bug together) in a
+scratch copy of the working tree, runs the tests that guard that promise against the copy,
+and counts as *caught* when they fail. A guard is a test file or one test's node id
+(``file::test``: the narrowest test of a slow file). A mutant whose snippet is not found
+exactly once is an error of this script, not a pass: the code moved and the mutant must be
+rewritten. The table goes in docs/testing.md.
 
     python scripts/mutants.py            # every mutant (several minutes)
     python scripts/mutants.py --list     # names only
@@ -29,13 +32,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Mutant:
-    """One bug: in ``path``, ``old`` (found exactly once) becomes ``new``; ``tests`` guard it."""
+    """One bug: in ``path``, ``old`` (found exactly once) becomes ``new``; ``tests`` guard it
+    (test files, or node ids ``file::test``). ``more``: further edits of the same file that
+    make one bug together, each ``(old, new)`` found exactly once too."""
 
     name: str
     path: str
     old: str
     new: str
     tests: tuple[str, ...]
+    more: tuple[tuple[str, str], ...] = ()
 
 
 def _m(name: str, path: str, old: str, new: str, *tests: str) -> Mutant:
@@ -63,6 +69,17 @@ def _scratch() -> Path:
     return scratch
 
 
+def _guarded(test: str, guards: tuple[str, ...]) -> bool:
+    """Whether the failed test ``test`` (a node id) is one of ``guards`` or in one of them."""
+    return any(test == g or test.startswith((f"{g}::", f"{g}[")) for g in guards)
+
+
+def _all_guards(mutants: list[Mutant]) -> tuple[str, ...]:
+    """Every guard of ``mutants`` once; a node id whose file is a guard too is left out."""
+    guards = {t for m in mutants for t in m.tests}
+    return tuple(sorted(g for g in guards if "::" not in g or g.split("::")[0] not in guards))
+
+
 def _pytest(scratch: Path, tests: tuple[str, ...]) -> tuple[int, float, list[str], str]:
     """Run ``tests`` against the copy: exit code, seconds, the tests that failed, last line."""
     env = {**os.environ, "PYTHONPATH": str(scratch), "STEERABLE_REQUIRE_SERVERS": "1"}
@@ -77,10 +94,13 @@ def _pytest(scratch: Path, tests: tuple[str, ...]) -> tuple[int, float, list[str
 def _apply(scratch: Path, mutant: Mutant) -> str:
     path = scratch / mutant.path
     text = path.read_text()
-    found = text.count(mutant.old)
-    if found != 1:
-        raise SystemExit(f"mutant {mutant.name}: its snippet is in {mutant.path} {found} times")
-    path.write_text(text.replace(mutant.old, mutant.new))
+    mutated = text
+    for old, new in ((mutant.old, mutant.new), *mutant.more):
+        found = mutated.count(old)
+        if found != 1:
+            raise SystemExit(f"mutant {mutant.name}: a snippet is in {mutant.path} {found} times")
+        mutated = mutated.replace(old, new)
+    path.write_text(mutated)
     return text
 
 
@@ -100,8 +120,7 @@ def main() -> int:
 
     scratch = _scratch()
     try:
-        guards = tuple(sorted({t for m in chosen for t in m.tests}))
-        code, seconds, _, last = _pytest(scratch, guards)
+        code, seconds, _, last = _pytest(scratch, _all_guards(chosen))
         if code != 0:
             raise SystemExit(f"the unmutated tests fail ({last}); fix them first")
         print(f"unmutated: the guarding tests pass ({seconds:.0f} s)\n")
@@ -116,7 +135,7 @@ def main() -> int:
                 (scratch / mutant.path).write_text(original)
             # caught only by a test of its own failing, not by an error collecting or
             # setting up the tests (a mutant that breaks an import proves nothing)
-            own = [t for t in failed if t.split("::")[0] in mutant.tests]
+            own = [t for t in failed if _guarded(t, mutant.tests)]
             missed += not own
             if own:
                 mark, by = "yes", f"`{own[0]}`"
@@ -303,8 +322,8 @@ MUTANTS += [
     _m(
         "codec-nul-dropped",
         "steerable/codec.py",
-        '"text": part.text}',
-        '"text": part.text.replace("\\x00", "")}',
+        '{"t": "text", "text": part.text}',
+        '{"t": "text", "text": part.text.replace("\\x00", "")}',
         _SQLITE_SUITE,
         "tests/core/test_codec.py",
     ),
@@ -353,9 +372,11 @@ MUTANTS += [
     _m(
         "mysql-length-read-without-the-session-lock",
         _MY,
-        "INSERT INTO steerable_sessions (session) VALUES (p_session)\n"
+        # the save's lock (the service's step takes the same one, further on)
+        "-- of the session holds until it commits\n"
+        "    INSERT INTO steerable_sessions (session) VALUES (p_session)\n"
         "        ON DUPLICATE KEY UPDATE session = session;",
-        "DO 0;",
+        "-- of the session holds until it commits\n    DO 0;",
         _MY_SUITE,
     ),
     _m(
@@ -466,6 +487,190 @@ MUTANTS += [
         "    answered = _answer(claim, claim.messages)\n",
         "    answered = None\n",
         _ENGINE,
+    ),
+]
+
+
+# -- the framework integrations -------------------------------------------------------------
+_STEPS, _STEPS_SUITE = "steerable/integrations/_steps.py", "tests/integrations/test_steps.py"
+MUTANTS += [
+    _m(
+        "steps-taken-steers-not-kept-as-stored",
+        _STEPS,
+        "        self.stored.extend(taken)\n",
+        "",
+        _STEPS_SUITE,
+    ),
+    _m(
+        "steps-the-cap-not-counted-down",
+        _STEPS,
+        "self.steers_left -= len(taken)",
+        "self.steers_left -= 0",
+        _STEPS_SUITE,
+    ),
+]
+
+_OA = "steerable/integrations/openai_agents/_session.py"
+_OA_STEERING = "tests/integrations/openai_agents/test_steering.py"
+MUTANTS += [
+    _m(
+        # only the steers of this step spliced in: the SDK rebuilds each request without them
+        "openai-a-steer-not-put-back-in-later-requests",
+        _OA,
+        "steered = iter(self._steered)",
+        "steered = iter([s for s in self._steered if s[0] == len(self._view)])",
+        f"{_OA_STEERING}::test_a_steer_from_another_process_during_a_tool_call_is_in_place_once",
+    ),
+    _m(
+        # the items a step stored are appended again when the runner hands them over
+        "openai-a-step-s-items-stored-again-by-add-items",
+        _OA,
+        "            if self._given == len(self._view):",
+        "            if True:",
+        # the streamed runner hands its items over after the step stored them
+        "tests/integrations/openai_agents/test_runs.py"
+        "::test_a_streamed_run_takes_steers_in_place_like_a_run",
+    ),
+    _m(
+        # every request taken for the run's own: an agent used as a tool takes the steers
+        "openai-a-nested-as-tool-run-takes-steers",
+        _OA,
+        "return len(items) >= len(view) and all(map(same_item, items, view))",
+        "return True",
+        f"{_OA_STEERING}::test_an_agent_used_as_a_tool_gets_no_steer_and_its_items_are_not_stored",
+    ),
+    _m(
+        "openai-the-prompt-passed-again-on-a-takeover",
+        "steerable/integrations/openai_agents/_agent.py",
+        "            [],  # the prompt is the history's",
+        "            turn.prompt.text if turn.resumed else [],  # the prompt is the history's",
+        "tests/integrations/openai_agents/test_takeover.py",
+    ),
+]
+
+_PA = "steerable/integrations/pydantic_ai/_steering.py"
+MUTANTS += [
+    _m(
+        "pydantic-ai-a-steer-taken-at-the-end-of-a-run",
+        _PA,
+        "        await self.steps.save(new)",
+        "        await self.steps.step(new)",
+        "tests/integrations/pydantic_ai/test_final_answer.py"
+        "::test_standalone_it_waits_for_the_next_run_and_is_taken_at_its_first_request",
+    ),
+    _m(
+        # the enqueued steer request stored again as a record of the run's own
+        "pydantic-ai-a-taken-steer-stored-again",
+        _PA,
+        "continue  # stored already, by the take",
+        "pass  # stored already, by the take",
+        "tests/integrations/pydantic_ai/test_steering.py",
+    ),
+    _m(
+        "pydantic-ai-the-prompt-passed-again-on-a-takeover",
+        "steerable/integrations/pydantic_ai/_agent.py",
+        "prompt = turn.prompt.text if len(turn.messages) > len(stored) else None",
+        "prompt = turn.prompt.text",
+        "tests/integrations/pydantic_ai/test_replicas.py"
+        "::test_the_holder_killed_in_its_second_call_is_carried_on_with_the_steer_once_in_place",
+    ),
+]
+
+_LG = "steerable/integrations/langgraph/_middleware.py"
+_LG_MIDDLEWARE = "tests/integrations/langgraph/test_middleware.py"
+_SAVER = "steerable/integrations/langgraph/_saver.py"
+MUTANTS += [
+    _m(
+        "langgraph-a-steer-taken-at-the-end-of-a-run",
+        _LG,
+        "        await steps.save(new)",
+        "        await steps.step(new)",
+        f"{_LG_MIDDLEWARE}::test_a_steer_during_the_final_answer_waits_for_the_next_run",
+    ),
+    _m(
+        # the steer given back to the graph is not known as stored: the next step stores it
+        "langgraph-a-taken-steer-stored-again",
+        _LG,
+        "self._ids.update(m.id for m in [*new, *taken])",
+        "self._ids.update(m.id for m in new)",
+        f"{_LG_MIDDLEWARE}::test_a_steer_from_another_process_during_a_tool_call_joins_the_next"
+        "_request_in_place",
+    ),
+    _m(
+        # after a lost checkpoint the step the graph ran again stays beside the stored one
+        "langgraph-a-step-run-again-kept-beside-the-stored-one",
+        _LG,
+        "dropped = [m.id for m in messages[anchor + 1 :] if m.id is not None]",
+        "dropped: list[str] = []",
+        f"{_LG_MIDDLEWARE}::test_a_step_the_graph_ran_again_after_a_lost_checkpoint_is_replaced"
+        "_by_the_stored_one",
+    ),
+    _m(
+        "saver-stores-the-whole-list-not-the-delta",
+        _SAVER,
+        "if isinstance(value, list) and base is not None:",
+        "if False:",
+        "tests/integrations/langgraph_saver/test_growth.py"
+        "::test_the_bytes_a_step_writes_do_not_grow_with_the_thread",
+    ),
+    _m(
+        # the checkpoint first, then again with its values: a kill between leaves it torn
+        "saver-a-put-split-into-two-saves",
+        _SAVER,
+        "        await self._threads.write(thread, build)\n",
+        "        await self._threads.write(\n"
+        '            thread, lambda log: ([record({**head, "values": {}}, text)], [])\n'
+        "        )\n"
+        "        await self._threads.write(thread, build)\n",
+        "tests/integrations/langgraph_saver/test_crash.py",
+    ),
+]
+
+_ADK_STEERING = "tests/integrations/adk/test_steering.py"
+_ADK_RECORDS = "steerable/integrations/adk/_records.py"
+_ADK_IN_PLACE = (
+    f"{_ADK_STEERING}::test_a_steer_sent_during_a_tool_call_is_in_the_next_request_once_in_place"
+)
+MUTANTS += [
+    _m(
+        "adk-the-plugin-takes-under-a-workflow-root",
+        "steerable/integrations/adk/_plugin.py",
+        "return isinstance(agent, BaseAgent) and isinstance(agent.root_agent, LlmAgent)",
+        "return isinstance(agent, BaseAgent)",
+        f"{_ADK_STEERING}::test_under_a_workflow_root_the_plugin_takes_no_steer_and_stores_the"
+        "_steps",
+    ),
+    _m(
+        # in this request only: ADK builds every later one from the session's events
+        "adk-a-steer-not-put-back-in-later-requests",
+        "steerable/integrations/adk/_plugin.py",
+        "            session.events.append(event)\n",
+        "",
+        _ADK_IN_PLACE,
+    ),
+    # (sorting alone is an equivalent mutant: a steer's event has the timestamp of the event
+    # before it, so the append order of an LlmAgent's run is its timestamp order; the bug is
+    # a steer stamped when it is taken, read back by timestamp as ADK's database services do)
+    Mutant(
+        "adk-steers-stamped-when-taken-events-read-by-timestamp",
+        _ADK_RECORDS,
+        "timestamp=before.timestamp if before is not None else 0.0,\n"
+        '        content=types.Content(role="user", parts=[types.Part(text=message.text)]),',
+        "timestamp=__import__('time').time(),\n"
+        '        content=types.Content(role="user", parts=[types.Part(text=message.text)]),',
+        (_ADK_IN_PLACE,),
+        more=(("    return events\n", "    return sorted(events, key=lambda e: e.timestamp)\n"),),
+    ),
+    _m(
+        # a new invocation with the prompt again, not the stored prompt's resumed (giving the
+        # prompt as well as the invocation is an equivalent mutant: ADK's resume of an
+        # invocation that has its user message drops the new message)
+        "adk-the-prompt-passed-again-on-a-takeover",
+        "steerable/integrations/adk/_agent.py",
+        "invocation = _invocation_of(stored, turn.prompt.id, self.agent.name)",
+        "invocation = None",
+        "tests/integrations/adk/test_replicas.py"
+        "::test_sigkill_after_the_step_that_took_a_steer_retries_with_it_once",
     ),
 ]
 
