@@ -10,6 +10,10 @@ again.
 A compiled graph of your own (``graph=``) has no step this integration owns: it takes no
 steer (``steers_per_turn`` 0, so each steer is a turn of its own), and its messages are
 stored once the run ends.
+
+When the turn has a live sink (``turn.events``), a :class:`TextDeltas` callback handler
+rides in the run's config and sends the model's text as it arrives; the run is the same
+``ainvoke`` either way.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps, until_stopped
+from steerable.integrations.langgraph._deltas import TextDeltas
 from steerable.integrations.langgraph._middleware import SteeringMiddleware
 from steerable.integrations.langgraph._records import (
     from_stored,
@@ -97,6 +102,8 @@ class LangGraphAgent:
         config: RunnableConfig = {}
         if self.recursion_limit is not None:
             config["recursion_limit"] = self.recursion_limit
+        if turn.events is not None:
+            config["callbacks"] = [TextDeltas(turn.events, session=turn.session, turn=turn.id)]
         inputs: InputAgentState = {"messages": list(from_stored(turn.messages))}
         if self.graph is not None:
             return await self._run_graph(turn, self.graph, inputs, config)

@@ -3,7 +3,8 @@
 langchain's own fake models (``FakeMessagesListChatModel``) refuse ``bind_tools``, which
 ``create_agent`` calls; :class:`ScriptedChat` is a ``BaseChatModel`` that accepts it and
 answers by the conversation it is given, so the same model serves a run in this process,
-a child process retried after SIGKILL and every replica of the service:
+a child process retried after SIGKILL and every replica of the service (it streams too,
+a word at a time, when a streaming handler asks for it):
 
 - while the current turn (what follows the last final answer) has fewer than ``rounds``
   tool results, it calls the tool ``work`` (its call id names the round);
@@ -17,12 +18,19 @@ message's ``id``, ``role``, ``text``, ``steered``, ``result``).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import Field
 
 Hook = Callable[[list[BaseMessage]], Awaitable[None]]
@@ -70,19 +78,41 @@ class ScriptedChat(BaseChatModel):
         run_manager: Any = None,
         **kwargs: Any,
     ) -> ChatResult:
+        reply = await self._reply(messages)
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """The same reply, a word at a time (a tool call comes as one chunk)."""
+        reply = await self._reply(messages)
+        if reply.tool_calls:
+            calls = [
+                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+                for i, c in enumerate(reply.tool_calls)
+            ]
+            chunk = AIMessageChunk(content="", tool_call_chunks=calls)  # type: ignore[arg-type]
+            yield ChatGenerationChunk(message=chunk)
+            return
+        for piece in re.findall(r"\S+\s*", reply.text):
+            yield ChatGenerationChunk(message=AIMessageChunk(content=piece))
+
+    async def _reply(self, messages: list[BaseMessage]) -> AIMessage:
         self.requests.append(list(messages))
         self._record(messages)
         mine = turn_part(messages)
         results = sum(isinstance(m, ToolMessage) for m in mine)
         if results < self.rounds:
             call = {"name": "work", "args": {}, "id": f"call-{results + 1}", "type": "tool_call"}
-            reply = AIMessage("", tool_calls=[call])
-        else:
-            if self.on_answer is not None:
-                await self.on_answer(list(messages))
-            texts = [m.text for m in mine if isinstance(m, HumanMessage)]
-            reply = AIMessage("answered: " + " | ".join(texts))
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+            return AIMessage("", tool_calls=[call])
+        if self.on_answer is not None:
+            await self.on_answer(list(messages))
+        texts = [m.text for m in mine if isinstance(m, HumanMessage)]
+        return AIMessage("answered: " + " | ".join(texts))
 
     def _record(self, messages: Sequence[BaseMessage]) -> None:
         if self.record_to is None:
