@@ -98,17 +98,22 @@ async def test_a_model_that_cannot_stream_sends_its_reply_whole() -> None:
     assert _texts(events) == ["answered: plan my week"] == [outcome.text]
 
 
-async def test_a_graph_streams_its_model_calls_but_not_those_tagged_nostream() -> None:
+async def test_a_graph_streams_its_model_calls_not_nostream_nor_a_subgraph_s() -> None:
     model = ScriptedChat(rounds=0)
 
     async def aside(state: MessagesState) -> dict[str, Any]:
         note = await model.with_config(tags=[TAG_NOSTREAM]).ainvoke(state["messages"])
         assert isinstance(note, AIMessage)
+        await inner.ainvoke({"messages": state["messages"]})  # a subgraph's model call
         return {}
 
     async def answer(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
+    sub = StateGraph(MessagesState)
+    sub.add_node("answer", answer)
+    sub.add_edge(START, "answer")
+    inner = sub.compile()
     graph = StateGraph(MessagesState)
     graph.add_node("aside", aside)
     graph.add_node("answer", answer)
@@ -118,7 +123,7 @@ async def test_a_graph_streams_its_model_calls_but_not_those_tagged_nostream() -
     outcome = await LangGraphAgent(graph=graph.compile()).run_turn(
         _turn(Session("s", MemoryStore()), events.append, "one")
     )
-    assert len(model.requests) == 2
+    assert len(model.requests) == 3
     assert "".join(_texts(events)) == outcome.text == "answered: one"
 
 
