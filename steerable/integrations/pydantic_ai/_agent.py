@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import inspect
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
-from pydantic_ai.agent import AbstractAgent
+from pydantic_ai import RunContext
+from pydantic_ai.agent import AbstractAgent, EventStreamHandler
 from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import (
+    AgentStreamEvent,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+)
 from pydantic_ai.usage import UsageLimits
 
 from steerable.errors import UsageError
+from steerable.events import EventSink, TextDelta
 from steerable.integrations._steps import answer_text, until_stopped
 from steerable.integrations.pydantic_ai._steering import Steering
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
+
+log = logging.getLogger("steerable.integrations.pydantic_ai")
 
 
 class PydanticAIAgent:
@@ -25,7 +38,9 @@ class PydanticAIAgent:
     again). ``usage_limits`` and ``deps`` go to every run; a usage limit that ends a run ends
     the turn ``max_steps``. ``deps_for``, instead of ``deps``, makes each run's deps from the
     session id (a per-session connection, say). A turn takes at most :attr:`steers_per_turn`
-    steers; past that each steer is a turn of its own.
+    steers; past that each steer is a turn of its own. A turn with a live sink
+    (``turn.events``) runs streamed and sends it each piece of the model's text as a
+    :class:`~steerable.events.TextDelta`; a sink that raises is logged, not the turn's end.
     """
 
     steers_per_turn = 16
@@ -67,6 +82,9 @@ class PydanticAIAgent:
             capabilities=[steering],
             usage_limits=self.usage_limits,
             deps=self.deps if self.deps_for is None else self.deps_for(turn.session),
+            event_stream_handler=None
+            if turn.events is None
+            else _text_deltas(turn, turn.events, self.agent.event_stream_handler),
         )
         try:
             result, stopped = await until_stopped(turn, run)
@@ -79,3 +97,52 @@ class PydanticAIAgent:
         if stopped or result is None:
             return Outcome("stopped")
         return Outcome("completed", answer_text(result.output))
+
+
+def _text_deltas(
+    turn: Turn, sink: EventSink, own: EventStreamHandler[Any] | None
+) -> EventStreamHandler[Any]:
+    """A handler of the run's stream that sends ``sink`` each piece of the model's text.
+
+    Only text parts: not thinking, not tool-call arguments, not the tools' events. ``own``,
+    the agent's own handler (which a run's handler replaces), is handed the same events. A
+    sink that raises loses the turn's live view, not the turn: the error is logged once and
+    the rest of the turn's deltas are not sent (the stored answer is whole either way).
+    """
+    broken = False
+
+    async def watched(events: AsyncIterable[AgentStreamEvent]) -> AsyncIterator[AgentStreamEvent]:
+        nonlocal broken
+        async for event in events:
+            piece = _text_piece(event)
+            if piece and not broken:
+                try:
+                    produced = sink(TextDelta(piece))
+                    if inspect.isawaitable(produced):
+                        await produced
+                except Exception:  # CancelledError is not an Exception: a stop still stops
+                    broken = True
+                    log.exception(
+                        "session %r, turn %r: the live sink raised; no more text deltas are sent",
+                        turn.session,
+                        turn.id,
+                    )
+            yield event
+
+    async def handle(ctx: RunContext[Any], events: AsyncIterable[AgentStreamEvent]) -> None:
+        stream = watched(events)
+        if own is not None:
+            await own(ctx, stream)
+        async for _ in stream:  # what the agent's handler left: its text is sent too
+            pass
+
+    return handle
+
+
+def _text_piece(event: AgentStreamEvent) -> str:
+    """The model's text that ``event`` adds ("" for any other event)."""
+    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+        return event.part.content
+    if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+        return event.delta.content_delta
+    return ""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 from pydantic_ai.messages import (
@@ -18,7 +19,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 Reply = ModelResponse | Callable[[list[ModelMessage]], Awaitable[ModelResponse]]
 """A scripted reply: a response, or a coroutine function that gives one for a request."""
@@ -56,15 +57,42 @@ def say(text: str) -> ModelResponse:
 
 
 class Script:
-    """A FunctionModel that answers with ``replies`` in order and records every request."""
+    """A FunctionModel that answers with ``replies`` in order and records every request.
+
+    Asked for a stream, it streams the same reply: its text a word at a time, its tool calls
+    whole. :attr:`streamed` says, for each request, whether it was streamed.
+    """
 
     def __init__(self, *replies: Reply) -> None:
         self.replies = list(replies)
         self.requests: list[list[ModelMessage]] = []
-        self.model = FunctionModel(self._answer)
+        self.streamed: list[bool] = []
+        self.model = FunctionModel(self._answer, stream_function=self._stream)
 
     async def _answer(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return await self._reply(messages, streamed=False)
+
+    async def _stream(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls]:
+        reply = await self._reply(messages, streamed=True)
+        texts = [p for p in reply.parts if isinstance(p, TextPart)]
+        if len(texts) == len(reply.parts):
+            for part in texts:
+                for word in re.findall(r"\S+\s*", part.content):
+                    yield word
+            return
+        calls = [p for p in reply.parts if isinstance(p, ToolCallPart)]
+        if len(calls) != len(reply.parts):
+            raise AssertionError("a FunctionModel stream is all text or all tool calls")
+        yield {
+            i: DeltaToolCall(c.tool_name, c.args_as_json_str(), tool_call_id=c.tool_call_id)
+            for i, c in enumerate(calls)
+        }
+
+    async def _reply(self, messages: list[ModelMessage], *, streamed: bool) -> ModelResponse:
         self.requests.append(list(messages))
+        self.streamed.append(streamed)
         if len(self.requests) > len(self.replies):
             raise AssertionError(f"request {len(self.requests)} has no scripted reply")
         reply = self.replies[len(self.requests) - 1]
