@@ -6,13 +6,19 @@ through a :class:`SteerableSessionService` bound to the turn's fenced session, w
 new message (stored under the prompt's id); a turn another holder began (``turn.resumed``,
 its prompt stored) resumes the prompt's own invocation from the stored transcript, so the
 run carries on from its last stored step and takes no steer twice.
+
+A turn with a live sink (``turn.events``) runs with ADK's SSE streaming and sends each
+piece of the model's text to the sink as a :class:`~steerable.models.base.TextDelta`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 from collections.abc import Sequence
 
+from google.adk.agents._streaming_mode import StreamingMode  # run_config uses, not exports, it
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.agents.run_config import RunConfig
@@ -23,14 +29,18 @@ from google.adk.runners import Runner
 from google.genai import types
 
 from steerable.errors import UsageError
+from steerable.events import EventSink
 from steerable.integrations.adk import _records, _warm
 from steerable.integrations.adk._plugin import SteeringPlugin
 from steerable.integrations.adk._sessions import SteerableSessionService
 from steerable.messages import Message, Native
+from steerable.models.base import TextDelta
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
 
 __all__ = ["ADKAgent"]
+
+log = logging.getLogger("steerable.integrations.adk")
 
 STEERS_PER_TURN = 16
 
@@ -40,7 +50,10 @@ class ADKAgent:
 
     ``steers_per_turn`` is 16 for an ``LlmAgent`` root and 0 for a workflow root, whose
     steps take no steer (each steer is then a turn of its own). ``plugins`` run after the
-    steering plugin; ``run_config`` is given to every run.
+    steering plugin; ``run_config`` is given to every run. A turn with a live sink runs
+    with ``StreamingMode.SSE`` (unless ``run_config`` streams already or asks for the
+    deferred service tier, which cannot stream): the sink gets each piece of the model's
+    text as it arrives, or a whole reply of a model that sent it in one piece.
 
     Unless ``warm_up`` is False, building the first ADKAgent of a process does one tiny
     keyless ADK run (see :mod:`._warm`): ADK's first run imports its run machinery on the
@@ -96,6 +109,7 @@ class ADKAgent:
         new_message = None
         if invocation is None:
             new_message = types.Content(role="user", parts=[types.Part(text=turn.prompt.text)])
+        deltas = None if turn.events is None else _Deltas(turn.events)
         abort = asyncio.Event()
         watch = asyncio.create_task(_abort_when_stopped(turn, abort))
         final = ""
@@ -105,9 +119,11 @@ class ADKAgent:
                 session_id=turn.session,
                 invocation_id=invocation,
                 new_message=new_message,
-                run_config=self.run_config,
+                run_config=self.run_config if deltas is None else _streaming(self.run_config),
                 abort_signal=abort,
             ):
+                if deltas is not None:
+                    await deltas.see(event)
                 if event.is_final_response() and not event.partial:
                     final = _records.event_text(event) or final
         except Exception:
@@ -119,6 +135,53 @@ class ADKAgent:
             await runner.close()
         await service.release(turn.session, finished=not abort.is_set())
         return Outcome("stopped") if abort.is_set() else Outcome("completed", final)
+
+
+def _streaming(config: RunConfig | None) -> RunConfig:
+    """``config`` with SSE streaming, unless it streams already or cannot."""
+    config = config if config is not None else RunConfig()
+    if config.streaming_mode != StreamingMode.NONE or config.service_tier == "deferred":
+        return config  # BIDI is not for run_async; a deferred run cannot stream (ADK refuses)
+    return config.model_copy(update={"streaming_mode": StreamingMode.SSE})
+
+
+class _Deltas:
+    """Sends the model's text in a run's events to a turn's sink, each piece once.
+
+    With SSE, ADK yields the pieces as partial events and then the whole reply as one
+    event more: the pieces are sent and the whole is not. A reply with no partial text
+    before it (a model that does not stream) is sent whole. A sink that fails does not
+    fail the turn: its first failure is logged and the run goes on.
+    """
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._streamed = False  # pieces were sent since the last whole event
+        self._failed = False
+
+    async def see(self, event: Event) -> None:
+        """Send the model's text in ``event`` that was not sent yet."""
+        content = event.content
+        if event.author == "user" or content is None or content.role == "user":
+            return  # the prompt (run_async yields it if asked) or a tool's result
+        text = "".join(p.text for p in content.parts or () if p.text and not p.thought)
+        if event.partial:
+            self._streamed = self._streamed or bool(text)
+        elif self._streamed:
+            self._streamed = False  # the whole of what the pieces already sent
+            return
+        if text:
+            await self._send(TextDelta(text))
+
+    async def _send(self, delta: TextDelta) -> None:
+        try:
+            produced = self._sink(delta)
+            if inspect.isawaitable(produced):
+                await produced
+        except Exception:  # a watcher's failure is not the turn's; CancelledError goes on up
+            if not self._failed:
+                log.exception("the live sink failed on a text delta; the turn goes on")
+            self._failed = True
 
 
 def _stored(turn: Turn) -> list[Message]:

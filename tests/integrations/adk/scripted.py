@@ -3,11 +3,14 @@
 Each reply is a function call (``call(name, id, **args)``) or a final text (``say(text)``);
 the model records every request's contents (as plain dicts), in memory and, when given a
 ``requests`` file, as one JSON line each (for tests whose model runs in another process).
+Asked to stream (ADK's SSE mode), it sends each reply's text a word at a time, through ADK's
+own aggregator as Gemini's model does: partial responses, then the whole reply.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from typing import Any
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.utils.streaming_utils import StreamingResponseAggregator
 from google.genai import types
 from pydantic import Field
 
@@ -36,7 +40,8 @@ class ScriptedLlm(BaseLlm):
     """Answers each request with the next reply of ``script`` and records the request.
 
     Past the script's end it answers ``"(end of script)"``. ``hook``, when set, is awaited
-    with the request's index before each reply (a test holds a reply there).
+    with the request's index before each reply (a test holds a reply there). Unless
+    ``streams`` is False, a request to stream gets each reply in pieces.
     """
 
     script: list[LlmResponse] = Field(default_factory=list)
@@ -44,6 +49,7 @@ class ScriptedLlm(BaseLlm):
     record_to: str | None = None
     replica: str = ""
     hook: Callable[[int], Awaitable[None]] | None = None
+    streams: bool = True
 
     def record(self, contents: list[dict[str, Any]]) -> None:
         """Keep a request's contents, and append them to ``record_to`` when it is set."""
@@ -60,7 +66,37 @@ class ScriptedLlm(BaseLlm):
         if self.hook is not None:
             await self.hook(len(self.requests) - 1)
         reply = self.script.pop(0) if self.script else say("(end of script)")
-        yield reply.model_copy(deep=True)
+        if not (stream and self.streams):
+            yield reply.model_copy(deep=True)
+            return
+        aggregator = StreamingResponseAggregator()
+        for chunk in _chunks(reply):
+            async for response in aggregator.process_response(chunk):
+                yield response
+        whole = aggregator.close()
+        if whole is not None:
+            yield whole
+
+
+def _chunks(reply: LlmResponse) -> list[types.GenerateContentResponse]:
+    """``reply`` as a provider streams it: a chunk per word of text, one per other part."""
+    parts: list[types.Part] = []
+    for part in reply.content.parts or [] if reply.content else []:
+        if part.text:
+            parts += [types.Part(text=w) for w in re.findall(r"\S+\s*|\s+", part.text)]
+        else:
+            parts.append(part)
+    return [
+        types.GenerateContentResponse(
+            candidates=[
+                types.Candidate(
+                    content=types.Content(role="model", parts=[part]),
+                    finish_reason=types.FinishReason.STOP if last else None,
+                )
+            ]
+        )
+        for last, part in ((i == len(parts) - 1, p) for i, p in enumerate(parts))
+    ]
 
 
 def _append(path: str, line: str) -> None:
