@@ -5,25 +5,44 @@ over the turn's fenced store session hands the SDK the stored history (the promp
 end, or wherever a resumed turn stored it) and keeps what the run adds, and
 :func:`steering` takes the turn's steers at each request. A takeover runs again from what
 the last holder stored: the steers it took are history then, never taken again.
+
+When the turn has an event sink (the service's ``live=``), the run is the SDK's streamed run
+instead, over the same session and config: each piece of the model's text goes to the sink
+as a :class:`~steerable.models.base.TextDelta` as it arrives; the steps, what is stored and
+the outcome are those of ``Runner.run``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents import Agent as SDKAgent
-from agents import MaxTurnsExceeded, RunConfig, Runner, RunResult
+from agents import (
+    MaxTurnsExceeded,
+    RawResponsesStreamEvent,
+    RunConfig,
+    Runner,
+    RunResult,
+    RunResultStreaming,
+)
+from openai.types.responses import ResponseTextDeltaEvent
 
 from steerable.errors import UsageError
+from steerable.events import EventSink
 from steerable.integrations._steps import answer_text, until_stopped
 from steerable.integrations.openai_agents._session import SteerableSession, steering
+from steerable.models.base import TextDelta
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
 from steerable.store import check_count
 
 __all__ = ["OpenAIAgentsAgent"]
+
+log = logging.getLogger("steerable.integrations.openai_agents")
 
 _INTERRUPTED = (
     "tool approval (an interruption) is not supported under the service: the run stopped"
@@ -70,13 +89,17 @@ class OpenAIAgentsAgent:
         session = SteerableSession(
             turn.store_session, steers=turn.steers_left, history=turn.messages
         )
-        run = Runner.run(
-            self.agent,
-            [],  # the prompt is the history's (stored or not): nothing new to add
-            context=self.context if self.context_for is None else self.context_for(turn.session),
-            max_turns=self.max_turns,
-            run_config=steering(session, self.run_config),
-            session=session,
+        options: dict[str, Any] = {
+            "context": self.context if self.context_for is None else self.context_for(turn.session),
+            "max_turns": self.max_turns,
+            "run_config": steering(session, self.run_config),
+            "session": session,
+        }
+        # the prompt is the history's (stored or not): nothing new to add
+        run: Awaitable[RunResult | RunResultStreaming] = (
+            Runner.run(self.agent, [], **options)
+            if turn.events is None
+            else self._streamed(turn, turn.events, options)
         )
         outcome = await self._outcome(turn, run)
         # what the run handed over and no step stored: its end (the answer is stored at
@@ -84,7 +107,41 @@ class OpenAIAgentsAgent:
         await session.flush()
         return outcome
 
-    async def _outcome(self, turn: Turn, run: Awaitable[RunResult]) -> Outcome:
+    async def _streamed(
+        self, turn: Turn, sink: EventSink, options: dict[str, Any]
+    ) -> RunResultStreaming:
+        """``Runner.run_streamed`` to its end, each text delta of the model sent to ``sink``.
+
+        Started here, not by the caller, so a stop before this coroutine runs starts no run.
+        """
+        result = Runner.run_streamed(self.agent, [], **options)
+        failed = False
+        try:
+            async for event in result.stream_events():
+                if isinstance(event, RawResponsesStreamEvent) and isinstance(
+                    event.data, ResponseTextDeltaEvent
+                ):
+                    error = await _send(sink, TextDelta(event.data.delta))
+                    if error is not None and not failed:
+                        failed = True  # once a turn: a sink that always fails floods no log
+                        log.warning(
+                            "session %r: the live sink failed on turn %r; the turn goes on",
+                            turn.session,
+                            turn.id,
+                            exc_info=error,
+                        )
+        finally:
+            # a stop (our task cancelled) leaves the SDK's run loop task behind: cancel it and
+            # wait for it, so the session's flush comes after the run's last add_items
+            task = result.run_loop_task
+            if task is not None and not task.done():
+                result.cancel()
+                await asyncio.wait((task,))
+        if result.run_loop_exception is not None:  # a failure the stream did not raise
+            raise result.run_loop_exception
+        return result
+
+    async def _outcome(self, turn: Turn, run: Awaitable[RunResult | RunResultStreaming]) -> Outcome:
         try:
             result, stopped = await until_stopped(turn, run)
         except asyncio.CancelledError:
@@ -98,3 +155,19 @@ class OpenAIAgentsAgent:
         if result.interruptions:  # a run resumes from its RunState: a turn has none to keep
             return Outcome("failed", error=_INTERRUPTED)
         return Outcome("completed", answer_text(result.final_output))
+
+
+async def _send(sink: EventSink, event: TextDelta) -> Exception | None:
+    """Give ``event`` to ``sink`` (awaiting what it returns); what it raised, if it did.
+
+    A live delta is a view of the run, not part of it: its failure must not end the turn.
+    """
+    try:
+        produced = sink(event)
+        if inspect.isawaitable(produced):
+            await produced
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return exc
+    return None
