@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from steerable.errors import Fenced, StoreError
-from steerable.events import Event
+from steerable.events import Event, EventSink
 from steerable.messages import Message
 from steerable.service._fenced import FencedStore, LeaseCell
 from steerable.service.agent import Agent, Turn
@@ -266,7 +266,7 @@ class Replica:
         fenced = FencedStore(self.store, self.service, serving.cell, list(stored))
         live = self.live
         session, turn_id = claim.lease.session, claim.turn
-        sink = None if live is None else (lambda event: live(session, turn_id, event))
+        sink = None if live is None else _watching(live, session, turn_id)
         turn = Turn(
             session=session,
             id=turn_id,
@@ -334,6 +334,23 @@ class Replica:
                 self._hinted.append(cell.lease.session)
                 self._wake.set()
             return
+
+
+def _watching(live: LiveSink, session: str, turn: str) -> EventSink:
+    """The turn's event sink over ``live``: a sink that fails is logged once and the turn
+    goes on (what watchers see is live only; the turn is what is durable)."""
+    failed = False
+
+    def sink(event: Event) -> None:
+        nonlocal failed
+        try:
+            live(session, turn, event)
+        except Exception:
+            if not failed:
+                failed = True
+                log.exception("session %r: the live sink failed on turn %r", session, turn)
+
+    return sink
 
 
 def _already_over(claim: Claim) -> Outcome | None:

@@ -114,7 +114,8 @@ class Service:
     within ``renew_every`` where the store has no notifications (at once where it has).
     An idle replica looks for work every ``poll`` seconds (and at once on a hint), and
     runs at most ``concurrency`` turns at a time. ``live`` receives the live events
-    (text deltas included) of the turns this replica runs.
+    (text deltas included) of the turns this replica runs; a ``live`` that raises is logged
+    once per turn and never fails the turn.
     """
 
     def __init__(

@@ -424,3 +424,23 @@ async def test_bad_arguments_are_usage_errors_before_any_store_call(call: Any) -
     with pytest.raises(UsageError):
         await call(Service(store))
     assert await store.events("s", after=0, limit=10) == []
+
+
+async def test_a_live_sink_that_fails_does_not_fail_the_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls = 0
+
+    def broken(session: str, turn: str, event: object) -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("the watchers' feed is down")
+
+    service = Service(MemoryStore(), demo_agent(seconds=0.01), live=broken, poll=0.05)
+    async with service.serving():
+        sent = await service.send("s", "go")
+        done = await service.wait("s", sent.id, seconds=10)
+    assert done is not None and (done.state, done.text) == ("completed", "answered: go")
+    assert calls > 1, "the sink was called for each event, not dropped after the first failure"
+    failures = [r for r in caplog.records if "live sink failed" in r.getMessage()]
+    assert len(failures) == 1
