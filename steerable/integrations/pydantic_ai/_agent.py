@@ -18,6 +18,10 @@ from pydantic_ai.messages import (
     TextPart,
     TextPartDelta,
 )
+from pydantic_ai.models import Model
+from pydantic_ai.models.fallback import FallbackModel
+from pydantic_ai.models.function import FunctionModel
+from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.usage import UsageLimits
 
 from steerable.errors import UsageError
@@ -82,9 +86,7 @@ class PydanticAIAgent:
             capabilities=[steering],
             usage_limits=self.usage_limits,
             deps=self.deps if self.deps_for is None else self.deps_for(turn.session),
-            event_stream_handler=None
-            if turn.events is None
-            else _text_deltas(turn, turn.events, self.agent.event_stream_handler),
+            event_stream_handler=self._handler(turn),
         )
         try:
             result, stopped = await until_stopped(turn, run)
@@ -97,6 +99,26 @@ class PydanticAIAgent:
         if stopped or result is None:
             return Outcome("stopped")
         return Outcome("completed", answer_text(result.output))
+
+    def _handler(self, turn: Turn) -> EventStreamHandler[Any] | None:
+        """The run's stream handler: one that sends the text deltas when the turn has a sink
+        and the model can stream; else none, and the run goes as it would (no stream)."""
+        if turn.events is None or not _streams(self.agent.model):
+            return None  # a model that cannot stream would fail the turn: its answer comes whole
+        return _text_deltas(turn, turn.events, self.agent.event_stream_handler)
+
+
+def _streams(model: object) -> bool:
+    """Whether ``model`` answers a streamed request (a model's name: the providers' all do)."""
+    if isinstance(model, FunctionModel):
+        return model.stream_function is not None
+    if isinstance(model, WrapperModel):
+        return _streams(model.wrapped)
+    if isinstance(model, FallbackModel):
+        return all(_streams(m) for m in model.models)
+    if isinstance(model, Model):
+        return type(model).request_stream is not Model.request_stream
+    return True
 
 
 def _text_deltas(

@@ -9,6 +9,7 @@ import pytest
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.agent import EventStreamHandler, WrapperAgent
 from pydantic_ai.messages import AgentStreamEvent
+from pydantic_ai.models.function import FunctionModel
 
 from steerable import Session, transcript_problems, user
 from steerable.events import Event, TextDelta
@@ -145,24 +146,35 @@ async def test_a_steer_taken_mid_run_lands_in_place_once_with_streaming_on_or_of
 async def test_a_sink_that_raises_is_logged_and_the_turn_completes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    # a Turn's own sink (the service's replica guards its live= too; this is the agent's guard)
     script = Script(call("lookup", "c1", '{"city": "Rome"}'), say(ANSWER))
     calls: list[Event] = []
 
-    def broken(session: str, turn: str, event: Event) -> None:
+    def broken(event: Event) -> None:
         calls.append(event)
         raise RuntimeError("the live feed is down")
 
-    store = MemoryStore()
-    service = Service(store, PydanticAIAgent(_weather_agent(script)), poll=0.05, live=broken)
+    session = Session("s", MemoryStore())
     with caplog.at_level(logging.ERROR, logger="steerable.integrations.pydantic_ai"):
-        async with service.serving():
-            sent = await service.send("s", "weather?")
-            done = await service.wait("s", sent.id, seconds=10)
-    assert done is not None and (done.state, done.text) == ("completed", ANSWER)
+        outcome = await PydanticAIAgent(_weather_agent(script)).run_turn(_turn(session, broken))
+    assert (outcome.state, outcome.text) == ("completed", ANSWER)
     assert script.streamed == [True, True]
     assert len(calls) == 1  # tried once, then the turn's live view is given up, logged once
     logged = [r for r in caplog.records if r.name == "steerable.integrations.pydantic_ai"]
     assert len(logged) == 1 and "live sink raised" in logged[0].getMessage()
-    stored = await store.messages("s")
+    stored = await session.messages()
     assert [m.text for m in stored if m.text] == ["weather?", ANSWER]
     assert transcript_problems(stored) == []
+
+
+async def test_a_model_that_cannot_stream_answers_whole_and_sends_no_deltas() -> None:
+    script = Script(say(ANSWER))
+    function = script.model.function
+    assert function is not None
+    agent = Agent(FunctionModel(function))  # no stream_function
+    deltas: list[Event] = []
+    outcome = await PydanticAIAgent(agent).run_turn(
+        _turn(Session("s", MemoryStore()), deltas.append)
+    )
+    assert (outcome.state, outcome.text) == ("completed", ANSWER)
+    assert (script.streamed, deltas) == ([False], [])
