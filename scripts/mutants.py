@@ -542,8 +542,8 @@ MUTANTS += [
     _m(
         "openai-the-prompt-passed-again-on-a-takeover",
         "steerable/integrations/openai_agents/_agent.py",
-        "            [],  # the prompt is the history's",
-        "            turn.prompt.text if turn.resumed else [],  # the prompt is the history's",
+        "            Runner.run(self.agent, [], **options)",
+        "            Runner.run(self.agent, turn.prompt.text if turn.resumed else [], **options)",
         "tests/integrations/openai_agents/test_takeover.py",
     ),
 ]
