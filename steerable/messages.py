@@ -136,6 +136,10 @@ class Message:
         """What a person reads of the message: its text, or its :class:`Native` records'."""
         return "".join(p.text for p in self.parts if isinstance(p, Text | Native))
 
+    def natives(self, framework: str) -> list[Native]:
+        """The message's :class:`Native` records of ``framework``, in order."""
+        return [p for p in self.parts if isinstance(p, Native) and p.framework == framework]
+
     @property
     def tool_calls(self) -> list[ToolCall]:
         """The tool calls of this message, in order."""

@@ -19,3 +19,5 @@ def test_text_joins_text_parts_and_readable_adds_native_records() -> None:
     assert message.text == "ac"
     assert message.readable == "abc"
     assert message.tool_calls == [ToolCall("c", "f", "{}")]
+    assert message.natives("pydantic-ai") == [Native("pydantic-ai", '{"parts":[]}', "b")]
+    assert message.natives("adk") == []

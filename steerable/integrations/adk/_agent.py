@@ -209,9 +209,8 @@ def _native(message: Message) -> bool:
 
 
 def _prompt_event(message: Message) -> Event | None:
-    for part in message.parts:
-        if isinstance(part, Native) and part.framework == _records.FRAMEWORK:
-            return Event.model_validate_json(part.data)
+    for part in message.natives(_records.FRAMEWORK):
+        return Event.model_validate_json(part.data)
     return None
 
 

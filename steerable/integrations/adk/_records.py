@@ -144,7 +144,4 @@ def session_state(header: dict[str, Any] | None, events: Sequence[Event]) -> dic
 
 
 def _native(message: Message) -> Native | None:
-    for part in message.parts:
-        if isinstance(part, Native) and part.framework == FRAMEWORK:
-            return part
-    return None
+    return next(iter(message.natives(FRAMEWORK)), None)

@@ -86,7 +86,7 @@ def rebuilt_ids(message: Message) -> list[str]:
     ``"<id>:<call id>"``. Whatever asks "is this langchain message stored?" asks this, so a
     transcript another agent wrote is neither stored again nor cut short.
     """
-    natives = _natives(message)
+    natives = message.natives(FRAMEWORK)
     if len(natives) > 1:  # not written by us; still one id each, and stable
         return [f"{message.id}:{index}" for index in range(len(natives))]
     if natives:
@@ -102,13 +102,9 @@ def stored_ids(messages: Iterable[Message]) -> set[str]:
     return {id for message in messages for id in rebuilt_ids(message)}
 
 
-def _natives(message: Message) -> list[Native]:
-    return [p for p in message.parts if isinstance(p, Native) and p.framework == FRAMEWORK]
-
-
 def _from_stored(message: Message) -> list[AnyMessage]:
     ids = rebuilt_ids(message)
-    natives = _natives(message)
+    natives = message.natives(FRAMEWORK)
     if natives:
         loaded: list[Any] = messages_from_dict([json.loads(p.data) for p in natives])
         for record, id in zip(loaded, ids, strict=True):

@@ -95,15 +95,14 @@ def record(body: dict[str, Any], text: str) -> Message:
 
 def body_of(message: Message) -> dict[str, Any] | None:
     """The record ``message`` holds, or None for a message that is no record of ours."""
-    for part in message.parts:
-        if isinstance(part, Native) and part.framework == FRAMEWORK:
-            try:
-                body = json.loads(part.data)
-            except ValueError as exc:
-                raise CorruptRecord(f"message {message.id!r}: not JSON: {exc}") from None
-            if not isinstance(body, dict) or not isinstance(body.get("kind"), str):
-                raise CorruptRecord(f"message {message.id!r}: not a checkpoint record")
-            return body
+    for part in message.natives(FRAMEWORK):
+        try:
+            body = json.loads(part.data)
+        except ValueError as exc:
+            raise CorruptRecord(f"message {message.id!r}: not JSON: {exc}") from None
+        if not isinstance(body, dict) or not isinstance(body.get("kind"), str):
+            raise CorruptRecord(f"message {message.id!r}: not a checkpoint record")
+        return body
     return None
 
 

@@ -164,7 +164,7 @@ def answered(items: Sequence[object]) -> int:
 
 def to_items(message: Message) -> list[TResponseInputItem]:
     """The input items ``message`` stands for: its own records, or one plain text item."""
-    records = [p for p in message.parts if isinstance(p, Native) and p.framework == FRAMEWORK]
+    records = message.natives(FRAMEWORK)
     if records:
         return [cast(TResponseInputItem, json.loads(p.data)) for p in records]
     return [cast(TResponseInputItem, {"role": message.role, "content": message.text})]

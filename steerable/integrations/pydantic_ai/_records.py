@@ -94,7 +94,7 @@ def history(messages: Sequence[Message]) -> list[ModelMessage]:
 
 def model_message(message: Message) -> ModelMessage:
     """The Pydantic AI message that ``message`` stores (see :func:`history`)."""
-    native = [p for p in message.parts if isinstance(p, Native) and p.framework == FRAMEWORK]
+    native = message.natives(FRAMEWORK)
     if native:
         loaded = ModelMessagesTypeAdapter.validate_json(native[0].data)
         if len(loaded) != 1:
