@@ -3,11 +3,8 @@ Postgres (``scripts/service_replica.py --agent``, the agent of ``replica_agent``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from steerable.session import Session
 from steerable.stores.url import open_url
@@ -67,16 +64,6 @@ async def _count(group: Replicas, n: int) -> bool:
 async def _last_is(group: Replicas, text: str) -> bool:
     asked = _asked(group)
     return bool(asked) and asked[-1][1][-1:] == [text]
-
-
-@pytest.fixture
-async def postgres_url() -> AsyncIterator[str]:
-    """A fresh Postgres database's URL (skipped, or failed, without a server)."""
-    from tests.stores.postgres.support import fresh_database, server_address
-
-    async with fresh_database("steerable_adk_") as name:
-        host, port = server_address()
-        yield f"postgresql://postgres@{host}:{port}/{name}"
 
 
 async def test_three_replicas_on_postgres_a_steer_through_another_is_taken_at_the_next_step(

@@ -8,7 +8,6 @@ another from the stored transcript with each input once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,6 @@ from tests.service.replicas import Replicas, until
 pytestmark = pytest.mark.slow
 
 AGENT = "tests.integrations.langgraph.served:agent"
-
-
-@pytest.fixture
-async def url() -> AsyncIterator[str]:
-    """A fresh Postgres database of this test, as a store URL."""
-    from tests.service.test_replicas import _postgres_url
-    from tests.stores.postgres.support import fresh_database
-
-    async with fresh_database("steerable_langgraph_") as name:
-        yield _postgres_url(name)
 
 
 async def _asked(group: Replicas, turn: str, count: int) -> bool:
@@ -56,9 +45,12 @@ def _ids(request: dict[str, Any]) -> list[str]:
 
 
 async def test_three_replicas_serve_it_and_a_steer_through_another_is_taken_at_the_next_step(
-    url: str, tmp_path: Path
+    postgres_url: str, tmp_path: Path
 ) -> None:
-    async with Replicas(url, tmp_path) as group, open_url(url + "?pool=2") as store:
+    async with (
+        Replicas(postgres_url, tmp_path) as group,
+        open_url(postgres_url + "?pool=2") as store,
+    ):
         view = Service(store)
         await group.start("a", "b", "c", lease=2, seconds=1.0, agent=AGENT)
         await group["a"].call("send", session="s", text="plan my week", id="p")
@@ -82,9 +74,12 @@ async def test_three_replicas_serve_it_and_a_steer_through_another_is_taken_at_t
 
 
 async def test_a_holder_killed_mid_tool_is_carried_on_by_another_with_the_steer_once(
-    url: str, tmp_path: Path
+    postgres_url: str, tmp_path: Path
 ) -> None:
-    async with Replicas(url, tmp_path) as group, open_url(url + "?pool=2") as store:
+    async with (
+        Replicas(postgres_url, tmp_path) as group,
+        open_url(postgres_url + "?pool=2") as store,
+    ):
         view = Service(store)
         await group.start("a", "b", "c", lease=1, seconds=1.5, calls=2, agent=AGENT)
         await group["a"].call("send", session="s", text="plan my week", id="p")

@@ -4,7 +4,6 @@ step; the holder SIGKILLed mid-tool, another carries the turn on from the stored
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,8 @@ pytestmark = pytest.mark.slow
 AGENT = "tests.integrations.pydantic_ai.replica_agent:weather_agent"
 
 
-def _records(group: Replicas) -> list[dict[str, Any]]:
-    if not group.requests_file.exists():
-        return []
-    lines = group.requests_file.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _asked(group: Replicas) -> list[tuple[str, list[str]]]:
-    return [(r["replica"], r["view"]) for r in _records(group)]
+    return [(r["replica"], r["view"]) for r in group.requests()]
 
 
 async def _count(group: Replicas, n: int) -> bool:
@@ -76,7 +68,7 @@ async def test_the_holder_killed_in_its_second_call_is_carried_on_with_the_steer
         a, *_ = await group.start("a", "b", "c", agent=AGENT, lease=1.0, seconds=1.5, calls=2)
         await a.call("send", session="s", text="plan my week", id="p")
         await until(lambda: _count(group, 1), "the first request")
-        holder = group[_records(group)[0]["replica"]]
+        holder = group[group.requests()[0]["replica"]]
         other = group.others(holder.name)[0]
         await other.call("steer", session="s", text="skip friday", id="k")
         # the holder's second request: the step that took the steer is stored by then
@@ -85,7 +77,7 @@ async def test_the_holder_killed_in_its_second_call_is_carried_on_with_the_steer
         await until(lambda: _ended(other, "p"), "the turn ended", seconds=60)
         turn = await other.call("turn", session="s", id="p")
         steer = await other.call("input", session="s", id="k")
-        records = _records(group)
+        records = group.requests()
         async with open_url(postgres_url) as store:
             stored = await Session("s", store).messages()
     before = ["user:plan my week", "call:call-1", "return:call-1", "user:skip friday"]
