@@ -12,7 +12,9 @@ from __future__ import annotations
 import pytest
 
 # before steerable.testing.cases is imported anywhere: its plain asserts then show diffs
-pytest.register_assert_rewrite("steerable.testing.cases", "steerable.testing.service_cases")
+pytest.register_assert_rewrite(
+    "steerable.testing.cases", "steerable.testing.rewrite_cases", "steerable.testing.service_cases"
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -20,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "store_abilities(*names): the abilities a store declares to the steerable"
-        " conformance suite (persistent, processes, corruptible, outage, lockable)",
+        " conformance suite (persistent, processes, corruptible, outage, lockable, rewritable)",
     )
     config.addinivalue_line(
         "markers",

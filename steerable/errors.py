@@ -9,6 +9,7 @@ Every exception of the library derives from :class:`SteerableError`::
     │   ├── StoreUnavailable   the backend cannot be reached, opened or written
     │   ├── TranscriptConflict a save that does not extend what is stored
     │   ├── Fenced             a write of a lease another replica has since claimed
+    │   ├── SessionBusy        a cut or delete of a session a service turn is running on
     │   └── CorruptRecord      a stored row that cannot be read back
     └── ModelError             a model failed or refused a request
         ├── ProviderError      a provider refused the request or failed after retries
@@ -73,6 +74,22 @@ class Fenced(StoreError):
         super().__init__(
             f"session {session!r}: the lease of epoch {epoch} is stale (the session is at"
             f" epoch {current}); another replica claimed it, and this write was refused"
+        )
+
+
+class SessionBusy(StoreError):
+    """A cut or delete refused because a turn of the service is running on the session.
+
+    Nothing was changed. Stop the turn (or wait for it to end) and try again.
+    """
+
+    def __init__(self, session: str, turn: str | None, what: str) -> None:
+        self.session = session
+        self.turn = turn
+        running = f"turn {turn!r}" if turn else "a turn"
+        super().__init__(
+            f"session {session!r}: {running} of the service is running on it, so it cannot be"
+            f" {what}; stop the turn or wait for it to end, then try again"
         )
 
 

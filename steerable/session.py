@@ -28,6 +28,7 @@ from steerable.store import (
     check_messages,
     check_session_id,
     check_transcript,
+    rewritable,
 )
 
 
@@ -99,6 +100,35 @@ class Session:
         # afterwards, whether the call returns, raises or loses its answer.
         self._stored = None
         return await self.store.take_steers(self.id, at=None, limit=limit)
+
+    async def truncate(self, at: int, *, length: int | None = None) -> list[Message]:
+        """Remove the stored messages at positions ``at`` and after; returns them, in order.
+
+        With ``length``, nothing changes unless exactly ``length`` messages are stored
+        (:class:`TranscriptConflict`). Refused with :class:`~steerable.errors.SessionBusy`
+        while a turn of the service runs on the session. The store must be
+        :class:`~steerable.store.Rewritable` (every store of this package is).
+        """
+        check_count(at, "at")
+        if length is not None:
+            check_count(length, "length")
+        store = rewritable(self.store)
+        self._stored = None
+        removed = await store.truncate(self.id, at=at, length=length)
+        self._stored = None if length is None else min(at, length)
+        return removed
+
+    async def delete(self) -> bool:
+        """Forget this session's transcript, steers and service records; True if it had any.
+
+        Refused with :class:`~steerable.errors.SessionBusy` while a turn of the service runs
+        on it. The store must be :class:`~steerable.store.Rewritable`.
+        """
+        store = rewritable(self.store)
+        self._stored = None
+        deleted = await store.delete(self.id)
+        self._stored = 0
+        return deleted
 
     async def _position(self, transcript: Sequence[Message]) -> int:
         if self._stored is not None:

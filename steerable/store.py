@@ -26,6 +26,24 @@ The contract (checked case by case by :mod:`steerable.testing`):
 - Many concurrent takers (tasks, processes, replicas) get each steer exactly once.
 - ``steers`` lists the steers still waiting, oldest first.
 
+Every store of this package also has the :class:`Rewritable` verbs, an ability apart from the
+five above (a store of someone else's may lack it; :func:`rewritable` checks):
+
+- ``truncate(session, at=n, length=m)`` removes the messages at positions ``n`` and after
+  and returns them, in order; with ``length`` given it first checks that the store holds
+  exactly ``m`` messages (a :class:`TranscriptConflict` otherwise, changing nothing), so
+  "remove the last message" cannot remove one another writer has just added. ``n`` past the
+  end removes nothing. The ids of the removed messages may be saved again; the steer box is
+  untouched (a steer id seen before stays seen).
+- ``delete(session)`` forgets the session: its transcript, its steer box (waiting and seen
+  ids), and where the store keeps the service's tables, its inputs, turns and durable
+  events. The session is then as new, except that its fencing epoch and its event ids go on
+  from where they were (a stale holder stays fenced, and an event follower's last id still
+  means "after this"). It returns whether there was anything to forget.
+- Both are refused with :class:`~steerable.errors.SessionBusy`, changing nothing, while a
+  turn of the service is running on the session (claimed and not ended): the check and the
+  change are one atomic operation.
+
 A store trusts its arguments to have the types above (a non-empty ``str`` session id,
 ``Message`` and ``Steer`` objects, ints >= 0): :class:`steerable.Session` and
 :class:`CheckedStore` check them at the front door, once, and raise :class:`UsageError`.
@@ -97,6 +115,37 @@ class Store(Protocol):
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting in the session's box, oldest first."""
         ...
+
+
+@runtime_checkable
+class Rewritable(Protocol):
+    """The ability to cut a transcript back and to forget a session; see the module docstring."""
+
+    async def truncate(self, session: str, *, at: int, length: int | None = None) -> list[Message]:
+        """Remove the messages at positions ``at`` and after; returns them, in order.
+
+        With ``length``, refuse with :class:`TranscriptConflict` unless exactly ``length``
+        messages are stored. :class:`~steerable.errors.SessionBusy` while a service turn runs.
+        """
+        ...
+
+    async def delete(self, session: str) -> bool:
+        """Forget the session's transcript, steers and service records; True if it had any.
+
+        :class:`~steerable.errors.SessionBusy` while a service turn runs on it.
+        """
+        ...
+
+
+def rewritable(store: Store) -> Rewritable:
+    """``store`` as a :class:`Rewritable`, or a :class:`UsageError` saying it cannot be."""
+    inner = store.inner if isinstance(store, CheckedStore) else store
+    if not isinstance(inner, Rewritable):
+        raise UsageError(
+            f"{type(inner).__name__} cannot cut a transcript or delete a session"
+            " (it has no truncate/delete: see steerable.store.Rewritable)"
+        )
+    return inner
 
 
 def check_session_id(session: object) -> str:
@@ -202,3 +251,15 @@ class CheckedStore:
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting in the session's box, oldest first."""
         return await self.inner.steers(check_session_id(session))
+
+    async def truncate(self, session: str, *, at: int, length: int | None = None) -> list[Message]:
+        """Remove the messages at positions ``at`` and after (see :class:`Rewritable`)."""
+        sid = check_session_id(session)
+        check_count(at, "at")
+        if length is not None:
+            check_count(length, "length")
+        return await rewritable(self.inner).truncate(sid, at=at, length=length)
+
+    async def delete(self, session: str) -> bool:
+        """Forget the session (see :class:`Rewritable`)."""
+        return await rewritable(self.inner).delete(check_session_id(session))

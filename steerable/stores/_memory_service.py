@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steerable import codec
-from steerable.errors import Fenced, InvalidMessage, TranscriptConflict
+from steerable.errors import Fenced, InvalidMessage, SessionBusy, TranscriptConflict
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
@@ -78,9 +78,11 @@ class _Service:
     holder: str | None = None
     expires: float = 0.0
     running: str | None = None
+    forgotten: int = 0  # the events before the session's last delete: ids go on after them
 
     def emit(self, kind: EventKind, turn: str | None, data: dict[str, Any]) -> None:
-        self.events.append(ServiceEvent(len(self.events) + 1, kind, turn, data, time.time()))
+        id = self.forgotten + len(self.events) + 1
+        self.events.append(ServiceEvent(id, kind, turn, data, time.time()))
 
     def queued(self) -> list[_Input]:
         return [i for i in self.inputs.values() if i.state == "waiting" and i.turn is None]
@@ -134,6 +136,22 @@ class MemoryServiceTables:
         if state is None:
             state = self._service[session] = _Service()
         return state
+
+    def _busy(self, session: str, what: str) -> None:
+        """:class:`SessionBusy` if a turn runs on ``session``; called under the lock."""
+        svc = self._service.get(session)
+        if svc is not None and svc.running is not None:
+            raise SessionBusy(session, svc.running, what)
+
+    def _forget_service(self, session: str) -> bool:
+        """Forget the session's inputs, turns and events, keeping its epoch and event ids."""
+        svc = self._service.get(session)
+        if svc is None:
+            return False
+        self._service[session] = _Service(
+            epoch=svc.epoch, forgotten=svc.forgotten + len(svc.events)
+        )
+        return bool(svc.inputs)
 
     def _hint(self, kind: Any, session: str) -> None:
         for loop, queue in list(self._listeners):
@@ -367,14 +385,20 @@ class MemoryServiceTables:
         """Up to ``limit`` durable events with ids > ``after``, in id order."""
         with self._lock:
             svc = self._service.get(session)
-            return svc.events[max(after, 0) : max(after, 0) + limit] if svc else []
+            if svc is None:
+                return []
+            first = max(after - svc.forgotten, 0)
+            return svc.events[first : first + limit]
 
     async def sessions(
         self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
     ) -> list[SessionSummary]:
         """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``."""
         with self._lock:
-            names = sorted(n for n in self._service if n.startswith(prefix))
+            # a deleted session keeps its epoch here, and nothing else: it is not listed
+            names = sorted(
+                n for n, svc in self._service.items() if n.startswith(prefix) and svc.inputs
+            )
             found: list[SessionSummary] = []
             for name in names:
                 if after is not None and name <= after:

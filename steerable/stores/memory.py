@@ -30,7 +30,8 @@ class _Session:
 
 
 class MemoryStore(MemoryServiceTables):
-    """A :class:`steerable.Store` and a service store, held in dicts."""
+    """A :class:`steerable.Store` (and :class:`~steerable.store.Rewritable`) and a service
+    store, held in dicts."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
@@ -100,3 +101,26 @@ class MemoryStore(MemoryServiceTables):
         with self._lock:
             state = self._sessions.get(session)
             return list(state.waiting.values()) if state else []
+
+    async def truncate(self, session: str, *, at: int, length: int | None = None) -> list[Message]:
+        """Remove the messages at positions ``at`` and after; returns them, in order."""
+        with self._lock:
+            self._busy(session, "cut")
+            state = self._sessions.get(session)
+            stored = state.transcript if state else []
+            if length is not None and length != len(stored):
+                raise TranscriptConflict(session, length, len(stored))
+            if state is None:
+                return []
+            removed = state.transcript[at:]
+            del state.transcript[at:]
+            state.ids.difference_update(m.id for m in removed)
+            return removed
+
+    async def delete(self, session: str) -> bool:
+        """Forget the session's transcript, steers and service records; True if it had any."""
+        with self._lock:
+            self._busy(session, "deleted")
+            state = self._sessions.pop(session, None)
+            had = state is not None and bool(state.transcript or state.seen)
+            return self._forget_service(session) or had

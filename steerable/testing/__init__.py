@@ -22,7 +22,11 @@ import sys
 import pytest
 
 if "steerable.testing.cases" not in sys.modules:  # the plugin registers it, unless disabled
-    pytest.register_assert_rewrite("steerable.testing.cases", "steerable.testing.service_cases")
+    pytest.register_assert_rewrite(
+        "steerable.testing.cases",
+        "steerable.testing.rewrite_cases",
+        "steerable.testing.service_cases",
+    )
 
 from steerable.testing.abilities import (
     ABILITIES,

@@ -41,6 +41,7 @@ ABILITIES: dict[str, str] = {
     "corruptible": "the test can damage a stored row (hook corrupt_message)",
     "outage": "the test can cut the store off its server and bring it back (hook outage)",
     "lockable": "the test can hold the lock a save waits for (hook hold_steer)",
+    "rewritable": "truncate and delete (steerable.store.Rewritable)",
 }
 """What a store may declare with ``@pytest.mark.store_abilities(...)``, and what each means."""
 

@@ -28,7 +28,7 @@ import pytest
 
 from steerable.errors import UsageError
 from steerable.store import Store
-from steerable.testing import cases, service_cases
+from steerable.testing import cases, rewrite_cases, service_cases
 from steerable.testing.abilities import ABILITIES, HOOKS, OpenStore
 
 __all__ = ["ServiceContract", "StoreContract"]
@@ -84,9 +84,9 @@ class _ServiceCases:
     """One test per case of the service suite, mixed into :class:`ServiceContract`."""
 
 
-for _case in cases.CASES:
+for _case in [*cases.CASES, *rewrite_cases.CASES]:
     setattr(_Cases, f"test_{_case.__name__}", _test_for(_case))
-for _case in service_cases.SERVICE_CASES:
+for _case in [*service_cases.SERVICE_CASES, *rewrite_cases.SERVICE_CASES]:
     setattr(_ServiceCases, f"test_{_case.__name__}", _test_for(_case))
 
 

@@ -10,6 +10,7 @@ from steerable.stores.memory import MemoryStore
 from steerable.testing import OpenStore, ServiceContract
 
 
+@pytest.mark.store_abilities("rewritable")
 class TestMemoryServiceStore(ServiceContract):
     @pytest.fixture
     def store_factory(self) -> OpenStore:
