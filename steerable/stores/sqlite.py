@@ -30,7 +30,13 @@ from types import TracebackType
 from typing import Literal, Self, TypeVar, get_args
 
 from steerable import codec
-from steerable.errors import InvalidMessage, StoreUnavailable, TranscriptConflict, UsageError
+from steerable.errors import (
+    InvalidMessage,
+    SessionBusy,
+    StoreUnavailable,
+    TranscriptConflict,
+    UsageError,
+)
 from steerable.messages import Message
 from steerable.store import Steer
 from steerable.stores._sqlite_service import SERVICE_TABLES, SQLiteServiceTables
@@ -212,6 +218,66 @@ class SQLiteStore(SQLiteServiceTables):
             return [Steer(text, id) for id, text in rows]
 
         return await self._call(read)
+
+    # -- the Rewritable verbs -----------------------------------------------------------------
+
+    async def truncate(self, session: str, *, at: int, length: int | None = None) -> list[Message]:
+        """Remove the messages at positions ``at`` and after; returns them, in order."""
+        return await self._call(lambda db: _truncate(db, session, at, length))
+
+    async def delete(self, session: str) -> bool:
+        """Forget the session's transcript, steers and service records; True if it had any."""
+        return await self._call(lambda db: _delete(db, session))
+
+
+def _refuse_if_busy(db: sqlite3.Connection, session: str, what: str) -> None:
+    """Inside a write transaction: :class:`SessionBusy` if a service turn runs on ``session``."""
+    row = db.execute(
+        "SELECT running FROM steerable_service WHERE session = ? AND running IS NOT NULL",
+        (session,),
+    ).fetchone()
+    if row is not None:
+        db.rollback()
+        raise SessionBusy(session, row[0], what)
+
+
+def _truncate(db: sqlite3.Connection, session: str, at: int, length: int | None) -> list[Message]:
+    db.execute("BEGIN IMMEDIATE")
+    _refuse_if_busy(db, session, "cut")
+    if length is not None:
+        (count,) = db.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = ?",
+            (session,),
+        ).fetchone()
+        if count != length:
+            db.rollback()
+            raise TranscriptConflict(session, length, count)
+    rows = db.execute(
+        "DELETE FROM steerable_messages WHERE session = ? AND position >= ?"
+        " RETURNING position, id, body",
+        (session, at),
+    ).fetchall()
+    db.execute("COMMIT")
+    rows.sort()
+    return [codec.decode(i, b, where=f"session {session!r}, position {p}") for p, i, b in rows]
+
+
+def _delete(db: sqlite3.Connection, session: str) -> bool:
+    db.execute("BEGIN IMMEDIATE")
+    _refuse_if_busy(db, session, "deleted")
+    found = 0
+    for table in ("steerable_messages", "steerable_steers", "steerable_inputs", "steerable_turns"):
+        found += db.execute(f"DELETE FROM {table} WHERE session = ?", (session,)).rowcount
+    db.execute("DELETE FROM steerable_events WHERE session = ?", (session,))
+    # the row stays for its epoch (a stale holder stays fenced) and its event count (ids go
+    # on); with no inputs it is not listed
+    db.execute(
+        "UPDATE steerable_service SET holder = NULL, expires = 0, inputs = 0, queued = 0"
+        " WHERE session = ?",
+        (session,),
+    )
+    db.execute("COMMIT")
+    return found > 0
 
 
 def _upgrade(db: sqlite3.Connection, path: Path) -> None:

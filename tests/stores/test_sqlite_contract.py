@@ -72,11 +72,11 @@ class _SQLite:
             db.close()
 
 
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable")
+@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable", "rewritable")
 class TestSQLiteStore(_SQLite, StoreContract):
     """The store contract."""
 
 
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable")
+@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable", "rewritable")
 class TestSQLiteServiceStore(_SQLite, ServiceContract):
     """The service store contract, on the same kind of file."""
