@@ -1,0 +1,108 @@
+"""A process SIGKILLed while it cuts and deletes sessions leaves each session whole.
+
+``rewrite_worker.py`` runs the ops of its ``OPS`` on one session after another, printing
+each op as it returns; the test kills it at a random moment, many times, then reads every
+session it touched. A session must look exactly as after its last reported op, or as
+after the next one (the op the kill interrupted committed, or did not): never half a cut
+(some of the tail gone) or half a delete (the transcript gone and the steers, inputs or
+events left).
+
+Each store joins as a parameter of the ``store_url`` fixture, which yields the URL of a
+fresh database of that store (``steerable.stores.url.open_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steerable.stores.url import open_url
+
+WORKER = Path(__file__).with_name("rewrite_worker.py")
+ROOT = Path(__file__).parents[2]
+KILLS = 6
+
+# what a session holds after op K of the worker's OPS (None: before any op): messages
+# stored, the steers waiting, whether input "p" is known, whether it has any event
+_AFTER: dict[int | None, tuple[int, tuple[str, ...], bool, bool]] = {
+    None: (0, (), False, False),
+    0: (0, (), True, True),
+    1: (0, ("w1",), True, True),
+    2: (0, ("w1", "w2"), True, True),
+    3: (6, ("w2",), True, True),
+    4: (2, ("w2",), True, True),
+    5: (0, (), False, False),
+}
+
+
+@pytest.fixture(params=["sqlite"])
+async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of a fresh database of each store."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'rewrite.db'}"
+
+
+async def _state(store: Any, sid: str) -> tuple[int, tuple[str, ...], bool, bool]:
+    messages = await store.messages(sid)
+    waiting = tuple(s.id for s in await store.steers(sid))
+    known = await store.input(sid, "p") is not None
+    events = bool(await store.events(sid, after=0, limit=1))
+    return len(messages), waiting, known, events
+
+
+async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int]:
+    """Start the worker, kill it after a random number of ops; the last op done per session."""
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(WORKER),
+        url,
+        prefix,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    assert worker.stdout is not None
+    done: dict[int, int] = {}
+    try:
+        for _ in range(rng.randint(1, 40)):
+            line = await asyncio.wait_for(worker.stdout.readline(), 60)
+            assert line, "the worker ended before it was killed"
+            _, i, op = line.split()
+            done[int(i)] = int(op)
+        await asyncio.sleep(rng.uniform(0, 0.003))
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        rest, _ = await worker.communicate()
+    for line in rest.decode().splitlines():  # what it reported between the read and the kill
+        _, i, op = line.split()
+        done[int(i)] = int(op)
+    assert worker.returncode == -signal.SIGKILL
+    return done
+
+
+@pytest.mark.slow
+async def test_a_kill_mid_cut_or_delete_leaves_each_session_whole(store_url: str) -> None:
+    url = store_url
+    rng = random.Random()
+    for round in range(KILLS):
+        prefix = f"kill{round}"
+        done = await _kill_once(url, prefix, rng)
+        last = max(done)
+        async with open_url(url) as store:
+            for i in range(last + 2):
+                state = await _state(store, f"{prefix}-{i}")
+                if i < last:
+                    assert state == _AFTER[5], f"{prefix}-{i}, deleted before the kill"
+                    continue
+                op = done.get(i)
+                after = None if op is None else op
+                following = 0 if op is None else min(op + 1, 5)
+                allowed = {_AFTER[after], _AFTER[following]}
+                assert state in allowed, f"{prefix}-{i} after op {op}: {state}"
