@@ -74,14 +74,14 @@ async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int
         for _ in range(rng.randint(1, 40)):
             line = await asyncio.wait_for(worker.stdout.readline(), 60)
             assert line, "the worker ended before it was killed"
-            _, i, op = line.split()
+            _, i, op = line.decode().split()
             done[int(i)] = int(op)
         await asyncio.sleep(rng.uniform(0, 0.003))
     finally:
         worker.send_signal(signal.SIGKILL)
         rest, _ = await worker.communicate()
-    for line in rest.decode().splitlines():  # what it reported between the read and the kill
-        _, i, op = line.split()
+    for text in rest.decode().splitlines():  # what it reported between the read and the kill
+        _, i, op = text.split()
         done[int(i)] = int(op)
     assert worker.returncode == -signal.SIGKILL
     return done
