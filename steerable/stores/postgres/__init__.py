@@ -27,6 +27,13 @@ for its position while it waited on a steer's lock, raises
 :class:`steerable.errors.TranscriptConflict` and changes nothing; concurrent takers in any
 number of processes get each steer exactly once, oldest first.
 
+The two :class:`steerable.store.Rewritable` verbs are the exception: ``truncate`` and
+``delete`` are each one READ COMMITTED transaction of a few statements on one connection
+of the pool (so the pool must be a pool, or a connection), which locks the session's
+service row (refused with :class:`steerable.errors.SessionBusy` while a turn runs) and its
+last message; a save locks the message it appends after ``FOR KEY SHARE``, so it never
+appends after one a cut or a delete has removed.
+
 A connection that fails mid-call raises :class:`steerable.errors.StoreUnavailable`; a save
 is then stored whole or not at all, so load the transcript to learn which. The statements
 name the tables unqualified: a pool whose ``search_path`` starts with another Postgres

@@ -1,4 +1,4 @@
-"""The Postgres store: every verb is one SQL statement, a save-and-take included."""
+"""The Postgres store: every core verb is one SQL statement, a save-and-take included."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from steerable.errors import InvalidMessage, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.store import Steer
 from steerable.stores.migrations import require
+from steerable.stores.postgres._rewrite import PostgresRewritable
 from steerable.stores.postgres._schema import MIGRATIONS
 from steerable.stores.postgres._service import PostgresServiceTables
 from steerable.stores.postgres._translate import APPLY, translated
@@ -41,6 +42,13 @@ __all__ = ["APPLY", "Pool", "PostgresStore", "translated"]
 #   it marked; in that case (rare: an id sent again after the run recorded it) a second
 #   query reads the length, and a save that was overtaken is a conflict. Marking a
 #   recorded steer taken changes no transcript: its record answered it already.
+# - `prior` locks the message before the new ones FOR KEY SHARE (a save of many does not
+#   block another), which a cut or a delete locks FOR UPDATE before it removes it (see
+#   ._rewrite). One that removed it while this waited leaves `prior` empty: `gone`, and the
+#   statement writes nothing and runs again, like `moved`, so no save appends after a
+#   message a cut or delete has removed (and no cut misses a message appended meanwhile).
+#   `seen` waits for it (it reads `gone`), so the locks are taken in one order: the message,
+#   then the steers.
 # - The main query reads `took` before `written` runs (an unreferenced data-modifying CTE
 #   runs last), so every steer lock is held before any message row is inserted, and rows
 #   go in by ascending position: two savers cannot deadlock on each other's rows.
@@ -49,18 +57,25 @@ WITH stored AS (
     SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
 ), ok AS (
     SELECT n FROM stored WHERE $2::bigint IS NULL OR n = $2::bigint
+), prior AS (
+    SELECT position FROM steerable_messages
+    WHERE session = $1 AND position = (SELECT n FROM ok) - 1
+    FOR KEY SHARE
+), gone AS (
+    SELECT EXISTS (SELECT FROM ok WHERE n > 0) AND NOT EXISTS (SELECT FROM prior) AS yes
 ), seen AS (
     SELECT seq, taken FROM steerable_steers
     WHERE seq IN (
         SELECT seq FROM steerable_steers
         WHERE session = $1 AND NOT taken AND EXISTS (SELECT FROM ok)
+            AND NOT (SELECT yes FROM gone)
         ORDER BY seq
         LIMIT $5
     )
     ORDER BY seq
     FOR UPDATE
 ), moved AS (
-    SELECT EXISTS (SELECT FROM seen WHERE taken) AS yes
+    SELECT EXISTS (SELECT FROM seen WHERE taken) OR (SELECT yes FROM gone) AS yes
 ), took AS (
     UPDATE steerable_steers SET taken = true
     WHERE seq IN (SELECT seq FROM seen) AND NOT (SELECT yes FROM moved)
@@ -125,8 +140,9 @@ class Pool(Protocol):
         ...
 
 
-class PostgresStore(PostgresServiceTables):
-    """A :class:`steerable.Store` and a service store in Postgres, over an ``asyncpg`` pool.
+class PostgresStore(PostgresServiceTables, PostgresRewritable):
+    """A :class:`steerable.Store` (and :class:`~steerable.store.Rewritable`) and a service
+    store in Postgres, over an ``asyncpg`` pool.
 
     The store runs no DDL: apply :data:`steerable.stores.postgres.MIGRATIONS` first with
     :func:`steerable.stores.postgres.migrate` (and call :meth:`check_schema` at start-up
@@ -242,8 +258,10 @@ class PostgresStore(PostgresServiceTables):
                         f"session {session!r}: a message id is already in the transcript"
                         f" ({exc.detail or exc})"
                     ) from None
-                except asyncpg.DeadlockDetectedError:
-                    # Postgres rolled the statement back whole; it can run again as it is.
+                except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
+                    # Postgres rolled the statement back whole; it can run again as it is
+                    # (the second is REPEATABLE READ's answer to a message removed since
+                    # the snapshot, where READ COMMITTED leaves `prior` empty)
                     continue
             stored, moved, marked = rows[0][0], rows[0][1], rows[0][2]
             if moved:

@@ -7,6 +7,7 @@ name to the processes it spawns.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -81,3 +82,19 @@ async def fresh_database(prefix: str, *, migrated: bool = True) -> AsyncIterator
         yield name
     finally:
         await admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def until_lock_waits(pool: Any, count: int) -> None:
+    """Until ``count`` backends of the pool's database wait on a lock someone holds.
+
+    A bounded poll, not a timing assertion: it fails only if they never wait.
+    """
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
+    )
+    for _ in range(2000):
+        if await pool.fetchval(query) >= count:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{count} statements never waited on a lock")

@@ -7,7 +7,6 @@ waiting steer's row with ``SELECT ... FOR UPDATE`` on a connection of its own.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +18,13 @@ import pytest
 from steerable.store import Store
 from steerable.stores.postgres import PostgresStore
 from steerable.testing import OpenStore, StoreContract
-from tests.stores.postgres.support import DATABASE, DSN, open_store, server_address
+from tests.stores.postgres.support import (
+    DATABASE,
+    DSN,
+    open_store,
+    server_address,
+    until_lock_waits,
+)
 from tests.stores.relay import Relay, RelayLine
 
 
@@ -37,18 +42,12 @@ class _RowLock:
     async def until_waiting(self, count: int) -> None:
         # the saves queue on the row lock, the first behind the holder and the next behind
         # the first: count this database's backends that wait on a lock someone holds
-        query = (
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
-        )
-        for _ in range(2000):
-            if await self.pool.fetchval(query) >= count:
-                return
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"{count} saves never waited behind backend {self.holder}")
+        await until_lock_waits(self.pool, count)
 
 
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "outage", "lockable")
+@pytest.mark.store_abilities(
+    "persistent", "processes", "corruptible", "outage", "lockable", "rewritable"
+)
 class TestPostgresStore(StoreContract):
     @pytest.fixture
     def store_factory(self, database: str) -> OpenStore:
