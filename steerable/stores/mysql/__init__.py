@@ -24,10 +24,13 @@ step 1 on it again (idempotent) and records it.
 Every core verb is one round trip, a save-and-take included, whatever the pool's
 autocommit setting. The store is also a :class:`steerable.service_store.ServiceStore`:
 each service write is one transaction under the session's row lock, its step one round
-trip like the core's save; leases run on the server's clock. MySQL has no notifications,
-so the store gives no hints (it is not :class:`~steerable.service_store.Notifying`): the
-service polls. The pool's connections must use ``charset="utf8mb4"`` (aiomysql's default); any
-other is refused with a clear error.
+trip like the core's save; leases run on the server's clock. The
+:class:`steerable.store.Rewritable` verbs (``truncate``, ``delete``) are each one
+transaction under the session's service row lock and then the core's (the one every save
+takes), refused with :class:`steerable.errors.SessionBusy` while a turn runs. MySQL has no
+notifications, so the store gives no hints (it is not
+:class:`~steerable.service_store.Notifying`): the service polls. The pool's connections must
+use ``charset="utf8mb4"`` (aiomysql's default); any other is refused with a clear error.
 
 Needs the ``mysql`` extra: ``pip install 'steerable[mysql]'``.
 """

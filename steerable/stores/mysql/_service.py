@@ -66,7 +66,7 @@ from steerable.stores.mysql._driver import (
 )
 from steerable.stores.mysql._schema import NOW, STEP
 
-__all__ = ["MySQLServiceTables"]
+__all__ = ["CORE_LOCK", "MySQLServiceTables", "Tx", "length_of", "locked"]
 
 _T = TypeVar("_T")
 
@@ -85,7 +85,8 @@ _TURN = (
 )
 _INPUT = "SELECT id, kind, text, seq, state, turn, step FROM steerable_inputs"
 _LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = %s"
-_CORE_LOCK = (
+# the core's lock of a session (its steerable_sessions row), as steerable_save_v1 takes it
+CORE_LOCK = (
     "INSERT INTO steerable_sessions (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
 )
 
@@ -162,7 +163,7 @@ class _Turn:
     error: str | None
 
 
-class _Tx:
+class Tx:
     """The cursor of one transaction: statements and their rows."""
 
     def __init__(self, cursor: Cursor) -> None:
@@ -174,6 +175,11 @@ class _Tx:
 
     async def run(self, sql: str, args: Sequence[object] = ()) -> int:
         return await self._cursor.execute(sql, args)
+
+    async def restart(self) -> None:
+        """End the transaction, which has only read so far, and begin a new one."""
+        await self._cursor.execute("COMMIT")
+        await self._cursor.execute("START TRANSACTION")
 
     async def emit(
         self, session: str, last: int, events: Sequence[tuple[EventKind, str | None, Any]]
@@ -256,20 +262,21 @@ def _input_view(row: tuple[Any, ...]) -> InputView:
     )
 
 
-async def _locked(tx: _Tx, session: str, *, share: bool = False) -> _Service | None:
+async def locked(tx: Tx, session: str, *, share: bool = False) -> _Service | None:
+    """The session's service row, locked for update (or shared); None when it has none."""
     lock = "LOCK IN SHARE MODE" if share else "FOR UPDATE"
     rows = await tx.rows(_SERVICE + lock, (session,))
     return _service(rows[0]) if rows else None
 
 
-async def _turn_of(tx: _Tx, session: str, id: str) -> _Turn | None:
+async def _turn_of(tx: Tx, session: str, id: str) -> _Turn | None:
     rows = await tx.rows(f"{_TURN} WHERE session = %s AND id = %s", (session, id))
     return _turn(rows[0]) if rows else None
 
 
-async def _fenced(tx: _Tx, lease: Lease) -> tuple[_Service, _Turn]:
+async def _fenced(tx: Tx, lease: Lease) -> tuple[_Service, _Turn]:
     """The session's row and running turn, if ``lease`` still holds it; else :class:`Fenced`."""
-    svc = await _locked(tx, lease.session)
+    svc = await locked(tx, lease.session)
     if svc is None or svc.epoch != lease.epoch or svc.holder != lease.holder:
         raise Fenced(lease.session, lease.epoch, svc.epoch if svc else None)
     turn = None if svc.running is None else await _turn_of(tx, lease.session, svc.running)
@@ -278,7 +285,8 @@ async def _fenced(tx: _Tx, lease: Lease) -> tuple[_Service, _Turn]:
     return svc, turn
 
 
-async def _length(tx: _Tx, session: str) -> int:
+async def length_of(tx: Tx, session: str) -> int:
+    """How many messages the session's transcript holds, read in the transaction."""
     rows = await tx.rows(_LENGTH, (session,))
     return int(rows[0][0])
 
@@ -298,7 +306,7 @@ class MySQLServiceTables:
         raise NotImplementedError
 
     async def _atomic(
-        self, session: str, work: Callable[[_Tx], Awaitable[_T]], *, at: int | None = None
+        self, session: str, work: Callable[[Tx], Awaitable[_T]], *, at: int | None = None
     ) -> _T:
         """``work`` in one transaction, again after a deadlock (it was rolled back whole).
 
@@ -314,7 +322,7 @@ class MySQLServiceTables:
                 raise error_of(exc, session, at) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _transaction(self, work: Callable[[_Tx], Awaitable[_T]]) -> _T:
+    async def _transaction(self, work: Callable[[Tx], Awaitable[_T]]) -> _T:
         try:
             conn: Connection = await self._pool.acquire()
         except (aiomysql.MySQLError, OSError) as exc:
@@ -324,7 +332,7 @@ class MySQLServiceTables:
             cursor = await conn.cursor(aiomysql.Cursor)
             # ends whatever transaction the connection held (it could only have read)
             await cursor.execute("START TRANSACTION")
-            result = await work(_Tx(cursor))
+            result = await work(Tx(cursor))
             await cursor.execute("COMMIT")
             return result
         except aiomysql.MySQLError as exc:
@@ -349,13 +357,13 @@ class MySQLServiceTables:
         check_id(session, "session id")
         check_id(input.id, "input id")
 
-        async def work(tx: _Tx) -> Accepted:
+        async def work(tx: Tx) -> Accepted:
             await tx.run(
                 "INSERT INTO steerable_service (session) VALUES (%s)"
                 " ON DUPLICATE KEY UPDATE session = session",
                 (session,),
             )
-            svc = await _locked(tx, session)
+            svc = await locked(tx, session)
             assert svc is not None  # made just above, in this transaction
             seen = await tx.rows(
                 "SELECT kind, seq, offered, ahead FROM steerable_inputs"
@@ -378,7 +386,7 @@ class MySQLServiceTables:
         if session is not None:
             check_id(session, "session id")
 
-        async def work(tx: _Tx) -> Claim | None:
+        async def work(tx: Tx) -> Claim | None:
             name = session
             if name is None:
                 # a session being written to is skipped, not waited for: another claimer
@@ -389,10 +397,13 @@ class MySQLServiceTables:
                     # SKIP LOCKED also skips a row that a view holds in share mode for a
                     # moment: a plain read finds it, and the lock below waits for the view
                     rows = await tx.rows(scan + " ORDER BY claimable LIMIT 1")
+                    # that read took the snapshot (REPEATABLE READ) before the lock below:
+                    # begin again, so the reads after it see what the lock's holder wrote
+                    await tx.restart()
                 if not rows:
                     return None
                 name = text_of(rows[0][0])
-            svc = await _locked(tx, name)
+            svc = await locked(tx, name)
             if svc is None or svc.live or (svc.running is None and svc.queued == 0):
                 return None
             return await _claim(tx, name, svc, holder, seconds, cap)
@@ -402,7 +413,7 @@ class MySQLServiceTables:
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
 
-        async def work(tx: _Tx) -> Renewal:
+        async def work(tx: Tx) -> Renewal:
             svc, turn = await _fenced(tx, lease)
             expires = svc.until(seconds)
             await tx.run(
@@ -446,10 +457,10 @@ class MySQLServiceTables:
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
         """Record the turn's end and release the lease; the next turn's prompt id, if any."""
 
-        async def work(tx: _Tx) -> str | None:
+        async def work(tx: Tx) -> str | None:
             svc, turn = await _fenced(tx, lease)
             session = lease.session
-            end = await _length(tx, session)
+            end = await length_of(tx, session)
             error = None if outcome.error is None else json.dumps(outcome.error)
             await tx.run(
                 "UPDATE steerable_turns SET state = %s, answer = %s, error = %s,"
@@ -481,8 +492,8 @@ class MySQLServiceTables:
         """Ask the running turn to stop; its id, or None when no turn runs."""
         check_id(session, "session id")
 
-        async def work(tx: _Tx) -> str | None:
-            svc = await _locked(tx, session)
+        async def work(tx: Tx) -> str | None:
+            svc = await locked(tx, session)
             turn = None if svc is None or svc.running is None else svc.running
             if svc is None or turn is None:
                 return None
@@ -507,8 +518,8 @@ class MySQLServiceTables:
         """The session's running turn, waiting inputs and queue length."""
         check_id(session, "session id")
 
-        async def work(tx: _Tx) -> Status:
-            svc = await _locked(tx, session, share=True)
+        async def work(tx: Tx) -> Status:
+            svc = await locked(tx, session, share=True)
             if svc is None:
                 return Status(session, None, [], 0)
             turn = None if svc.running is None else await _turn_of(tx, session, svc.running)
@@ -535,8 +546,8 @@ class MySQLServiceTables:
         if len(id) > 255:
             return None
 
-        async def work(tx: _Tx) -> TurnView | None:
-            svc = await _locked(tx, session, share=True)
+        async def work(tx: Tx) -> TurnView | None:
+            svc = await locked(tx, session, share=True)
             if svc is None:
                 return None
             turn = await _turn_of(tx, session, id)
@@ -618,7 +629,7 @@ class MySQLServiceTables:
 # -- the writes' work, inside their transaction ----------------------------------------------
 
 
-async def _enqueue(tx: _Tx, session: str, svc: _Service, input: Input) -> Accepted:
+async def _enqueue(tx: Tx, session: str, svc: _Service, input: Input) -> Accepted:
     running = None if svc.running is None else await _turn_of(tx, session, svc.running)
     offered: str | None = None
     if (
@@ -652,7 +663,7 @@ async def _enqueue(tx: _Tx, session: str, svc: _Service, input: Input) -> Accept
     return Accepted(input.id, input.kind, seq, offered, ahead)
 
 
-async def _start(tx: _Tx, session: str, ord: int, start: int, cap: int, epoch: int) -> str:
+async def _start(tx: Tx, session: str, ord: int, start: int, cap: int, epoch: int) -> str:
     """Make the first queued input the prompt of a new running turn; the turn's id."""
     first = await tx.rows(
         "SELECT seq, id FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
@@ -674,7 +685,7 @@ async def _start(tx: _Tx, session: str, ord: int, start: int, cap: int, epoch: i
 
 
 async def _claim(
-    tx: _Tx, session: str, svc: _Service, holder: str, seconds: float, cap: int
+    tx: Tx, session: str, svc: _Service, holder: str, seconds: float, cap: int
 ) -> Claim:
     epoch = svc.epoch + 1
     expires = svc.until(seconds)

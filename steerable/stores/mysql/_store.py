@@ -44,13 +44,14 @@ from steerable.stores.mysql._driver import (
     rollback,
     text_of,
 )
+from steerable.stores.mysql._rewrite import MySQLRewritable
 from steerable.stores.mysql._schema import MIGRATIONS, SAVE
 from steerable.stores.mysql._service import MySQLServiceTables
 
 __all__ = ["APPLY", "MySQLStore", "Pool", "error_of"]
 
 
-class MySQLStore(MySQLServiceTables):
+class MySQLStore(MySQLServiceTables, MySQLRewritable):
     """A :class:`steerable.Store` in MySQL 8 or MariaDB 10.6+, over an ``aiomysql`` pool.
 
     The pool is the application's: where the server is, how many connections and how

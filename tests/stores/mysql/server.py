@@ -7,6 +7,7 @@ dropped by ``conftest.py``, so runs never see each other's rows.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import uuid
@@ -94,3 +95,20 @@ async def on_pool(pool: Any, sql: str) -> Any:
         rows = await cur.fetchall()
         await conn.commit()
         return rows
+
+
+async def until_lock_waits(pool: Any, count: int) -> None:
+    """Until ``count`` transactions on the pool's database wait for a lock.
+
+    A bounded poll, not a timing assertion: it fails only if they never wait.
+    """
+    sql = (
+        "SELECT count(*) FROM information_schema.INNODB_TRX t"
+        " JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+        " WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+    )
+    for _ in range(400):
+        if int((await on_pool(pool, sql))[0][0]) >= count:
+            return
+        await asyncio.sleep(0.15)  # the server refreshes INNODB_TRX at most every 0.1 s
+    raise AssertionError(f"{count} transactions never waited for a lock")

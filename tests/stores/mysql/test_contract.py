@@ -91,7 +91,7 @@ class _Hooks(StoreContract):
             holder.close()
 
 
-ABILITIES = ("persistent", "processes", "corruptible", "outage", "lockable")
+ABILITIES = ("persistent", "processes", "corruptible", "outage", "lockable", "rewritable")
 
 
 @pytest.mark.store_abilities(*ABILITIES)
