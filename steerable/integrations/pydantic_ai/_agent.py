@@ -27,7 +27,7 @@ from pydantic_ai.usage import UsageLimits
 from steerable.errors import UsageError
 from steerable.events import EventSink, TextDelta
 from steerable.integrations._steps import answer_text, until_stopped
-from steerable.integrations.pydantic_ai._steering import Steering
+from steerable.integrations.pydantic_ai._steering import Steering, serving
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
 
@@ -80,6 +80,8 @@ class PydanticAIAgent:
         steering = Steering(
             turn.store_session, stored, steers=turn.steers_left, prompt_id=turn.prompt.id
         )
+        # An Agent's own Steering(store) stands aside: the turn's Steering is on the fenced session.
+        served = serving.set(self.agent)
         run = self.agent.run(
             prompt,
             message_history=steering.history or None,
@@ -96,6 +98,8 @@ class PydanticAIAgent:
             raise
         except Exception as exc:
             return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            serving.reset(served)
         if stopped or result is None:
             return Outcome("stopped")
         return Outcome("completed", answer_text(result.output))

@@ -8,7 +8,7 @@ What a steerable store keeps is all it answers with, so:
   length and last message id, set on the record as it is written (a save that adds nothing
   leaves it as it was);
 - ``usage`` is summed from the stored responses (requests and tokens; ``tool_calls`` counts
-  the stored tool returns);
+  the returns of the calls that ran and succeeded, as Pydantic AI counts them);
 - what a transcript cannot hold is refused with a :class:`~steerable.UsageError`, never
   dropped: a rewritten history (a branch, compaction), a fork, a scope, the deferred tool
   requests of a paused run, listing conversations, deleting one (transcripts only grow).
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic_ai._conversation_marks import mark_stored
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
@@ -31,7 +32,8 @@ from pydantic_ai.messages import ModelResponse, ToolReturnPart
 from pydantic_ai.usage import RunUsage
 
 from steerable.errors import StoreError, TranscriptConflict, UsageError
-from steerable.integrations.pydantic_ai._records import model_message, record
+from steerable.integrations.pydantic_ai._records import model_message, record, revision
+from steerable.integrations.pydantic_ai._steering import stored_runs
 from steerable.messages import Message
 from steerable.store import CheckedStore, Store
 
@@ -59,8 +61,18 @@ class SteerableConversationStore(ConversationStore):
     async def save(
         self, conversation: Conversation | AgentRunResult[Any], *, scope: str | None = None
     ) -> list[ConversationEntry]:
-        """Append what the store does not have; returns the stored entries, under their ids."""
-        entries = await super().save(conversation, scope=scope)
+        """Append what the store does not have; returns the stored entries, under their ids.
+
+        A run that :class:`Steering` stored as it went (its ``conversation`` loaded here, or
+        given none) finds the store holding it already: the save adds nothing, returns no
+        entries and moves the conversation (or the result) on to the stored revision.
+        """
+        try:
+            entries = await super().save(conversation, scope=scope)
+        except ConversationConflict:
+            if await self._stored_by_steering(conversation, scope):
+                return []
+            raise
         if not entries:
             return entries
         conversation_id = (
@@ -78,6 +90,30 @@ class SteerableConversationStore(ConversationStore):
             )
             for n, e in enumerate(entries)
         ]
+
+    async def _stored_by_steering(
+        self, conversation: Conversation | AgentRunResult[Any], scope: str | None
+    ) -> bool:
+        """Whether ``conversation`` is the run a :class:`Steering` of this process stored, and
+        the store still ends with it; if so, it carries the stored revision on."""
+        found = (
+            conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
+        )
+        run_id = found.messages[-1].run_id if found.messages else None
+        cid = found.conversation_id
+        if scope is not None or run_id is None or stored_runs.get(run_id, ("", ""))[0] != cid:
+            return False
+        now = revision(await self.store.messages(cid))
+        if stored_runs[run_id][1] != now:
+            return False  # stored since: a conflict like any other
+        if isinstance(conversation, AgentRunResult):
+            # what Pydantic AI's own stores tell a saved result, so that its `conversation`
+            # continues from the new revision
+            conversation._conversation_saved(now)  # pyright: ignore[reportPrivateUsage]
+        else:
+            conversation.revision = now
+            mark_stored(conversation, conversation.messages)
+        return True
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         """The record of the session ``conversation_id``, or None while it is empty."""
@@ -101,7 +137,7 @@ class SteerableConversationStore(ConversationStore):
         _refuse_what_a_transcript_cannot_hold(record)
         cid = record.conversation_id
         stored = await self.store.messages(cid)
-        if (_revision(stored) if stored else None) != expected_revision:
+        if (revision(stored) if stored else None) != expected_revision:
             raise ConversationConflict(cid)
         head = _entry(cid, len(stored) - 1) if stored else None
         parent = new_entries[0].parent_id if new_entries else record.head_id
@@ -117,7 +153,7 @@ class SteerableConversationStore(ConversationStore):
             raise ConversationConflict(cid) from None
         # Pydantic AI reads the record's revision back after this call: make it the one the
         # store will answer with.
-        record.revision = _revision([*stored, *new])
+        record.revision = revision([*stored, *new])
         record.head_id = _entry(cid, len(stored) + len(new) - 1) if stored or new else None
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
@@ -176,21 +212,41 @@ def _record(cid: str, messages: list[Message]) -> ConversationRecord:
             usage.incr(message.usage)
             usage.requests += 1
         else:
-            usage.tool_calls += sum(isinstance(p, ToolReturnPart) for p in message.parts)
+            usage.tool_calls += sum(_a_tool_ran(p) for p in message.parts)
     stamps = [m.timestamp for m in history if m.timestamp is not None]
     found = ConversationRecord(
         conversation_id=cid,
         head_id=_entry(cid, len(messages) - 1),
         usage=usage,
-        revision=_revision(messages),
+        revision=revision(messages),
     )
     if stamps:  # when the newest stored message was made; there is no other time to tell
         found.updated_at = max(stamps)
     return found
 
 
-def _revision(messages: Sequence[Message]) -> str:
-    return f"{len(messages)}:{messages[-1].id}" if messages else "0:"
+# What Pydantic AI 2.68 writes in the returns of output tools (`_tool_execution.py`), which
+# count no tool call; it counts a call only once it succeeded (`record_tool_call`).
+_OUTPUT_STATUSES = frozenset(
+    {
+        "Final result processed.",
+        "Output tool not used - a final result was already processed.",
+        "Output tool not used - output function execution failed.",
+        "Output tool not used - output failed validation.",
+        "Tool not executed - a final result was already processed.",
+    }
+)
+
+
+def _a_tool_ran(part: object) -> bool:
+    """Whether ``part`` is the return of a tool call that ran and succeeded, as Pydantic AI
+    counts ``usage.tool_calls``: not a retried, failed, denied or interrupted call, not an
+    output tool's status."""
+    return (
+        isinstance(part, ToolReturnPart)
+        and part.outcome == "success"
+        and not (isinstance(part.content, str) and part.content in _OUTPUT_STATUSES)
+    )
 
 
 def _revision_length(conversation: Conversation | AgentRunResult[Any], cid: str) -> str:

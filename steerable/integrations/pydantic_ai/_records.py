@@ -111,6 +111,12 @@ def model_message(message: Message) -> ModelMessage:
     return ModelRequest(parts=[*returns, *([UserPromptPart(message.text)] if message.text else [])])
 
 
+def revision(messages: Sequence[Message]) -> str:
+    """The revision of a stored transcript, as :class:`SteerableConversationStore` tells it:
+    its length and last message id."""
+    return f"{len(messages)}:{messages[-1].id}" if messages else "0:"
+
+
 def _user_text(request: ModelRequest) -> str:
     return "\n".join(
         p.content

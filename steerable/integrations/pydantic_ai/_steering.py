@@ -13,6 +13,12 @@ stays in the run's history for every later request. The run goes on: nothing res
 A steer that comes while the model writes its final answer finds no request to ride on; it
 stays in the session's box for the next run (or, under the service, becomes a turn).
 
+Given to the Agent (``Agent(model, capabilities=[Steering(store)])``), one instance serves
+every run: each run gets a Steering of its own (``for_run``) on the session named by the run's
+``conversation_id``. A run not given a history starts from the session's stored transcript,
+put in place as the run starts (``before_run``), so a retry after a crash is
+``agent.run(None, conversation_id=...)``.
+
 The place in the run's history where the store ends is followed by identity, then by
 equality (a history processor that copies messages); a run that no longer holds it (a
 processor that dropped or rewrote it, a run not given the stored history) is a
@@ -21,8 +27,11 @@ processor that dropped or rewrote it, a run not given the stored history) is a
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import Any
+from weakref import WeakValueDictionary
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering, WrapRunHandler
@@ -33,52 +42,94 @@ from pydantic_ai.run import AgentRunResult
 
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps
-from steerable.integrations.pydantic_ai._records import history, record, steer_id, steer_request
+from steerable.integrations.pydantic_ai._records import (
+    history,
+    record,
+    revision,
+    steer_id,
+    steer_request,
+)
 from steerable.messages import Message
 from steerable.session import Session
+from steerable.store import Store, check_count
 
 
 class Steering(AbstractCapability[Any]):
-    """Steers of ``session`` taken at each model request of one run, the run stored at each.
+    """Steers taken at each model request of a run on a session, the run stored at each.
 
-    ``stored`` is the session's transcript (what :meth:`load` reads); pass :attr:`history`
-    as the run's ``message_history``. Without ``stored`` the session must be new (the run
-    checks as it starts: a stored session is a :class:`~steerable.UsageError`). ``steers``
-    caps the steers the run takes; ``prompt_id`` is the id to store the run's prompt under
-    (a new one by default). One instance serves one run::
+    Given a steerable :class:`~steerable.Store`, it is the Agent's: each run steers and stores
+    the session its ``conversation_id`` names, from that session's stored transcript::
 
-        steering = await Steering.load(session)
-        result = await agent.run("hi", message_history=steering.history,
-                                 capabilities=[steering])
+        agent = Agent(model, capabilities=[Steering(store)])
+        result = await agent.run("hi", conversation_id="chat-1")
+        result = await agent.run(None, conversation_id="chat-1")  # the retry after a crash
+
+    Given a :class:`~steerable.Session`, it serves one run, passed as
+    ``agent.run(..., capabilities=[Steering(session)])``. ``stored`` is the session's
+    transcript when the caller has read it (what :meth:`load` does; pass :attr:`history` as
+    the run's ``message_history`` then); without it the run reads it as it starts. A run not
+    given a history starts from the stored transcript; one given a history (``message_history=``,
+    ``conversation=``) must start from it (a :class:`~steerable.UsageError` at the first step
+    otherwise). ``steers`` caps the steers a run takes; ``prompt_id`` is the id to store the
+    run's prompt under (a new one by default; a one-run Steering only).
     """
 
     def __init__(
         self,
-        session: Session,
+        session: Session | Store,
         stored: Sequence[Message] | None = None,
         *,
         steers: int = 16,
         prompt_id: str | None = None,
     ) -> None:
-        if not isinstance(session, Session):
-            raise UsageError(f"Steering takes a steerable Session, not {type(session).__name__}")
-        self._unread = stored is None  # the run checks that the session is new
-        stored = () if stored is None else stored
-        self.steps = Steps(session, stored, steers=steers)
-        self.history: list[ModelMessage] = history(stored)
-        """The Pydantic AI history of ``stored``: the run's ``message_history``."""
-        # Pydantic AI starts a run from a cleaned copy of its history (adjacent requests merged,
-        # a trailing request re-sent as a new one), keeping the parts: what holds only these
-        # parts is stored already. After the first step, the last message stored marks the place.
-        self._stored_parts = [p for m in self.history for p in m.parts]
+        self._store: Store | None = None
+        self._steps: Steps | None = None
+        if isinstance(session, Session):
+            self._steps = Steps(session, (), steers=steers)
+        elif isinstance(session, Store):
+            if stored is not None or prompt_id is not None:
+                raise UsageError(
+                    "Steering(store) serves every run of an Agent: a stored transcript and a "
+                    "prompt id belong to one run's Steering(session)"
+                )
+            self._store = session
+        else:
+            raise UsageError(
+                f"Steering takes a steerable Store or Session, not {type(session).__name__}"
+            )
+        self._steers = check_count(steers, "steers")
+        self.history: list[ModelMessage] = []
+        """The Pydantic AI history of the stored transcript, once read (``stored``, or as the run
+        starts): what the run starts from."""
+        self._stored_parts: list[Any] = []
+        self._loaded = False
+        if stored is not None:
+            self._begin(stored)
         self._anchor: ModelMessage | None = None
         self._prompt_id = prompt_id
         self._prompt_open = True  # the run's first new request may still be its prompt
         self._started = False
         self._messages: list[ModelMessage] | None = None
 
+    @property
+    def steps(self) -> Steps:
+        """This run's steps (a :class:`~steerable.UsageError` on an Agent's Steering)."""
+        if self._steps is None:
+            raise UsageError("an Agent's Steering(store) runs nothing itself: each run has its own")
+        return self._steps
+
+    def _begin(self, stored: Sequence[Message]) -> None:
+        """Start from ``stored``, the session's transcript."""
+        self._steps = Steps(self.steps.session, stored, steers=self._steers)
+        self.history = history(stored)
+        # Pydantic AI starts a run from a cleaned copy of its history (adjacent requests merged,
+        # a trailing request re-sent as a new one), keeping the parts: what holds only these
+        # parts is stored already. After the first step, the last message stored marks the place.
+        self._stored_parts = [p for m in self.history for p in m.parts]
+        self._loaded = True
+
     def __repr__(self) -> str:
-        return f"Steering({self.steps!r})"
+        return f"Steering({self._steps if self._steps is not None else self._store!r})"
 
     @classmethod
     async def load(
@@ -89,8 +140,8 @@ class Steering(AbstractCapability[Any]):
 
     @property
     def taken(self) -> list[Message]:
-        """The steered messages this run took, in order."""
-        return self.steps.taken
+        """The steered messages this run took, in order (none for an Agent's Steering)."""
+        return [] if self._steps is None else self._steps.taken
 
     def get_ordering(self) -> CapabilityOrdering:
         """Innermost: the request is complete by the time this capability sees it."""
@@ -98,20 +149,33 @@ class Steering(AbstractCapability[Any]):
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
-        """None: bound to a live session, it cannot be built from an agent spec."""
+        """None: bound to a live store, it cannot be built from an agent spec."""
         return None
 
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
+        """An Agent's Steering: a Steering of the run's own, on its ``conversation_id``."""
+        if self._store is None:
+            return self
+        if serving.get() is ctx.agent:
+            return _Idle()  # a service turn runs its own Steering, on the turn's fenced session
+        if ctx.conversation_id is None:  # a run always has one; a context built by hand may not
+            raise UsageError("an Agent's Steering steers the run's conversation_id: it has none")
+        return Steering(Session(ctx.conversation_id, self._store), steers=self._steers)
+
     async def before_run(self, ctx: RunContext[Any]) -> None:
-        """Refuse a second run: the instance tracks one run's place in the transcript."""
-        if self._started:
+        """Refuse a second run and a second Steering in a run; read the stored transcript if
+        no one did, and start a run given no history from it."""
+        if self._started or self._steps is None:
             raise UsageError("a Steering serves one run; make a new one (Steering.load) per run")
         self._started = True
-        if self._unread and await self.steps.session.messages():
+        if ctx.run_id is not None and _runs.setdefault(ctx.run_id, self) is not self:
             raise UsageError(
-                f"session {self.steps.session.id!r} has a stored transcript, and this Steering"
-                " was given none: use `await Steering.load(session)` and pass its `history`"
-                " as the run's `message_history`"
+                "a run has one Steering: this one has two (the Agent's and the run's, say)"
             )
+        if not self._loaded:
+            self._begin(await self.steps.session.messages())
+        if not ctx.messages and self.history:
+            ctx.messages[:] = self.history  # the list the run starts from, read after this hook
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
@@ -130,6 +194,8 @@ class Steering(AbstractCapability[Any]):
     ) -> AgentRunResult[Any]:
         """Store the rest of the run (its final answer), taking no steer."""
         await self._save_rest(result.all_messages())
+        if ctx.run_id is not None and ctx.conversation_id == self.steps.session.id:
+            _remember(ctx.run_id, self.steps.session.id, revision(self.steps.stored))
         return result
 
     async def wrap_run(
@@ -179,6 +245,30 @@ class Steering(AbstractCapability[Any]):
             prompt = self._prompt_open and not new and _holds_user_prompt(message)
             new.append(record(message, id=self._prompt_id if prompt else None, prompt=prompt))
         return new, (messages[-1] if messages else self._anchor)
+
+
+class _Idle(AbstractCapability[Any]):
+    """What an Agent's Steering is in a run that a service turn steers itself."""
+
+
+serving: ContextVar[object] = ContextVar("steerable_pydantic_ai_served", default=None)
+"""The agent a service turn runs now, with a Steering of the turn's own."""
+
+_runs: WeakValueDictionary[str, Steering] = WeakValueDictionary()
+
+stored_runs: OrderedDict[str, tuple[str, str]] = OrderedDict()
+"""The last runs a Steering stored whole, by run id: their session and the revision they left,
+so that a ConversationStore save of one adds nothing (the newest 1024)."""
+
+
+def _remember(run_id: str, session: str, stored: str) -> None:
+    stored_runs[run_id] = (session, stored)
+    stored_runs.move_to_end(run_id)
+    while len(stored_runs) > 1024:
+        stored_runs.popitem(last=False)
+
+
+"""Each run's Steering, by run id: a run steered twice would store everything twice."""
 
 
 def _after_history(

@@ -1,6 +1,7 @@
 """A run that a test kills: ``python -m tests.integrations.pydantic_ai.crashing_run DB``.
 
-It runs a Pydantic AI agent with :class:`Steering` on session ``s`` of the SQLite file DB.
+It runs a Pydantic AI agent given ``Steering(store)``, on conversation ``s`` of the SQLite
+file DB.
 Its tool prints each call (``in-1``, ``in-2``); the first waits for a line on stdin, the
 second blocks until the process is killed, so the test kills it right after the step that
 took a steer was stored.
@@ -14,7 +15,6 @@ from pathlib import Path
 
 from pydantic_ai import Agent
 
-from steerable import Session
 from steerable.integrations.pydantic_ai import Steering
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.pydantic_ai.support import Script, call, say
@@ -22,7 +22,13 @@ from tests.integrations.pydantic_ai.support import Script, call, say
 
 async def main(path: Path) -> None:
     """Run until killed (the second tool call never returns)."""
-    agent = Agent(Script(call("work", "c1"), call("work", "c2"), say("never")).model)
+    async with SQLiteStore(path) as store:
+        await _run(store)
+
+
+async def _run(store: SQLiteStore) -> None:
+    script = Script(call("work", "c1"), call("work", "c2"), say("never"))
+    agent = Agent(script.model, capabilities=[Steering(store)])
     calls = 0
 
     @agent.tool_plain
@@ -36,9 +42,7 @@ async def main(path: Path) -> None:
         await asyncio.to_thread(sys.stdin.readline)
         return "worked"
 
-    async with SQLiteStore(path) as store:
-        steering = await Steering.load(Session("s", store))
-        await agent.run("go", message_history=steering.history or None, capabilities=[steering])
+    await agent.run("go", conversation_id="s")
 
 
 if __name__ == "__main__":

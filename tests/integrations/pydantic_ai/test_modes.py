@@ -92,24 +92,27 @@ async def test_one_steering_used_by_two_runs_at_once_refuses_the_second() -> Non
     assert [m.text for m in stored if m.text] == ["go", "use the cache", "done"]
 
 
-async def test_a_run_not_given_the_stored_history_is_refused() -> None:
+async def test_a_run_given_another_history_than_the_stored_one_is_refused() -> None:
     session = Session("s", MemoryStore())
     agent = _agent(session)
     await agent.run("go", capabilities=[await Steering.load(session)])
     before = await session.messages()
-    steering = await Steering.load(session)
+    elsewhere = Agent(TestModel(custom_output_text="elsewhere"))
+    other = (await elsewhere.run("hello")).all_messages()  # another conversation's history
     with pytest.raises(UsageError, match="does not start from the stored transcript"):
-        await agent.run("again", capabilities=[steering])
+        await agent.run("again", message_history=other, capabilities=[Steering(session)])
     assert await session.messages() == before
 
 
-async def test_a_steering_made_without_the_stored_transcript_of_a_stored_session_is_refused() -> (
-    None
-):
+@pytest.mark.parametrize("loaded", [True, False], ids=["Steering.load", "Steering(session)"])
+async def test_a_run_given_no_history_starts_from_the_stored_transcript(loaded: bool) -> None:
     session = Session("s", MemoryStore())
     agent = _agent(session)
-    await agent.run("go", capabilities=[Steering(session)])  # a new session: fine
+    await agent.run("go", capabilities=[Steering(session)])  # a new session
     before = await session.messages()
-    with pytest.raises(UsageError, match=r"Steering\.load"):
-        await agent.run("again", capabilities=[Steering(session)])
-    assert await session.messages() == before
+    steering = await Steering.load(session) if loaded else Steering(session)
+    result = await agent.run("again", capabilities=[steering])
+    stored = await session.messages()
+    assert stored[: len(before)] == before  # nothing stored again
+    assert view(history(stored))[len(before) :] == ["user:again", *view(result.new_messages())[1:]]
+    assert view(result.all_messages())[: len(before)] == view(history(before))  # the model saw it
