@@ -69,11 +69,13 @@ async def main(path: Path) -> None:
     """Run the agent once over ``path``, steering it during its first tool call."""
     async with SQLiteStore(str(path)) as store:
         service = SteerableSessionService(store)
+        # the steerable session that keeps the ADK session, as another process opens it
+        trip = Session(service.session(app_name="demo", user_id="me", session_id="trip").id, store)
 
         async def weather(city: str) -> str:
             """The weather in ``city``."""
             if city == "Paris":  # the user changes their mind while the tool runs
-                await Session("trip", store).steer("Rome instead, please", id="steer-1")
+                await trip.steer("Rome instead, please", id="steer-1")
             return f"sunny in {city}"
 
         agent = LlmAgent(name="assistant", model=Scripted(model="scripted"), tools=[weather])
@@ -91,7 +93,7 @@ async def main(path: Path) -> None:
                 )
         await runner.close()
         print("stored:")
-        for message in await Session("trip", store).messages():
+        for message in await trip.messages():
             what = "steer" if message.steered else message.role
             shown = message.text or " ".join(getattr(p, "text", "") for p in message.parts)
             shown = shown or "(the ADK session's own fields)"

@@ -98,7 +98,9 @@ class ADKAgent:
             session_for=lambda _: store_session, steers=turn.steers_left, author=self.agent.name
         )
         stored = _stored(turn)
-        service.adopt(self.app_name, self.user_id, turn.session, stored, prompt=turn.prompt.id)
+        adopted = service.adopt(
+            self.app_name, self.user_id, turn.session, stored, prompt=turn.prompt.id
+        )
         app = App(
             name=self.app_name,
             root_agent=self.agent,
@@ -127,13 +129,13 @@ class ADKAgent:
                 if event.is_final_response() and not event.partial:
                     final = _records.event_text(event) or final
         except Exception:
-            await service.release(turn.session, finished=False)
+            await service.release(adopted, finished=False)
             raise
         finally:
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
             await runner.close()
-        await service.release(turn.session, finished=not abort.is_set())
+        await service.release(adopted, finished=not abort.is_set())
         return Outcome("stopped") if abort.is_set() else Outcome("completed", final)
 
 

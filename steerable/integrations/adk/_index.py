@@ -4,9 +4,15 @@ The contract has no listing, no delete and no state shared across sessions. With
 :class:`~._sessions.SteerableSessionService` keeps one index session per app
 (``adk-index:<app>``), a log of records, each a :class:`~steerable.Native` part of its own:
 
-- ``{"created": id, "user_id": ..., "time": ...}``: a session the service created;
-- ``{"deleted": id, "user_id": ...}``: a session deleted since (its transcript stays);
+- ``{"created": id, "user_id": ..., "time": ..., "key": ...}``: a session the service
+  created, and the steerable session that keeps it (see :func:`session_key`);
+- ``{"deleted": id, "user_id": ..., "key": ...}``: a session deleted since;
 - ``{"state": {"app": {...}, "user": {...}}, "user_id": ...}``: ``app:``/``user:`` writes.
+
+A session is named by its user and id together (ADK's ids are per app and user), and the
+last of its ``created``/``deleted`` records says whether it is there now: an id deleted can
+be created again. A ``created`` record without ``"key"`` was written before the key named
+the app and user: its session is kept under the ADK id itself, and is read there still.
 
 Each record is appended with a save that must extend the index as it was read: concurrent
 writers conflict, and each retries on a fresh read after a jittered pause (without one, 30
@@ -18,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.adk.sessions.state import State
 
@@ -28,7 +34,15 @@ from steerable.messages import Message, Native
 from steerable.session import Session
 from steerable.store import Store
 
-__all__ = ["AppIndex", "deleted", "listed", "scoped_state", "split_state"]
+__all__ = [
+    "AppIndex",
+    "Entry",
+    "entries",
+    "scoped_state",
+    "session_key",
+    "split_state",
+    "user_state",
+]
 
 TRIES = 12  # concurrent writers of one index: each retry re-reads it
 PAUSE = 0.005  # the first retry's longest pause (s); it doubles per retry, up to MAX_PAUSE
@@ -90,20 +104,48 @@ def split_state(state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], 
     return own, app, user
 
 
-def listed(records: list[dict[str, Any]]) -> dict[str, tuple[str, float]]:
-    """The sessions an index lists: created and not deleted since, with user and time."""
-    live: dict[str, tuple[str, float]] = {}
+def session_key(app_name: str, user_id: str, session_id: str) -> str:
+    """The steerable session id that keeps ADK's session ``session_id`` of that app and user.
+
+    The app and the user are length-prefixed, so the key is one-to-one whatever the names
+    hold (``:`` included): ``adk:5:myapp:3:ada:s1``. The index sessions (``adk-index:``)
+    never take this form."""
+    return f"adk:{len(app_name)}:{app_name}:{len(user_id)}:{user_id}:{session_id}"
+
+
+class Entry(NamedTuple):
+    """What the index says of one session: where it is kept, when it was made, whether it
+    is there now (created, and not deleted since)."""
+
+    key: str
+    created: float
+    live: bool
+
+
+def entries(records: list[dict[str, Any]]) -> dict[tuple[str, str], Entry]:
+    """Each session the index names, by ``(user_id, session_id)``, as its last record says."""
+    found: dict[tuple[str, str], Entry] = {}
     for record in records:
         if "created" in record:
-            live[record["created"]] = (record["user_id"], float(record["time"]))
+            sid = record["created"]
+            found[record["user_id"], sid] = Entry(
+                record.get("key", sid), float(record["time"]), live=True
+            )
         elif "deleted" in record:
-            live.pop(record["deleted"], None)
-    return live
+            sid = record["deleted"]
+            known = found.get((record["user_id"], sid))
+            created = known.created if known else 0.0
+            found[record["user_id"], sid] = Entry(record.get("key", sid), created, live=False)
+    return found
 
 
-def deleted(records: list[dict[str, Any]]) -> set[str]:
-    """The sessions an index records as deleted."""
-    return {record["deleted"] for record in records if "deleted" in record}
+def user_state(records: list[dict[str, Any]], user_id: str) -> dict[str, Any]:
+    """``user_id``'s ``user:`` state as the index has it now, its keys without the prefix."""
+    user: dict[str, Any] = {}
+    for record in records:
+        if "state" in record and record["user_id"] == user_id:
+            user.update(record["state"]["user"])
+    return user
 
 
 def scoped_state(records: list[dict[str, Any]], user_id: str) -> dict[str, Any]:

@@ -55,7 +55,7 @@ class SteeringPlugin(BasePlugin):
     ) -> types.Content | None:
         """Hold the run's events until its steps store them."""
         if self._ours(invocation_context):
-            self.service.hold(invocation_context.session.id, invocation_context.invocation_id)
+            self.service.hold(invocation_context.session, invocation_context.invocation_id)
         return None
 
     async def before_model_callback(
@@ -66,7 +66,7 @@ class SteeringPlugin(BasePlugin):
         if not self._ours(context):
             return None
         session = context.session
-        taken = await self.service.step(session.id, take=takes_steers(context))
+        taken = await self.service.step(session, take=takes_steers(context))
         for message in taken:
             event = _records.steer_event(message, session.events[-1] if session.events else None)
             # in the running session (every later request is built from it) and in this one
@@ -79,7 +79,7 @@ class SteeringPlugin(BasePlugin):
         """Store the rest of the run's events."""
         if self._ours(invocation_context):
             await self.service.release(
-                invocation_context.session.id,
+                invocation_context.session,
                 finished=True,
                 invocation=invocation_context.invocation_id,
             )
@@ -90,7 +90,7 @@ class SteeringPlugin(BasePlugin):
         """Store the failed run's events up to where no function call was still open."""
         if self._ours(invocation_context):
             await self.service.release(
-                invocation_context.session.id,
+                invocation_context.session,
                 finished=False,
                 invocation=invocation_context.invocation_id,
             )

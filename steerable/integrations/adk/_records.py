@@ -19,7 +19,7 @@ message (app, user, initial state): the ADK session's own fields, which no event
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.adk.events.event import Event
@@ -58,17 +58,35 @@ def user_text(event: Event) -> str | None:
     return "".join(p.text or "" for p in content.parts)
 
 
-def event_message(event: Event, *, prompt_id: str | None = None) -> Message:
-    """The message that stores ``event``; the prompt's own id when it is the turn's prompt."""
-    data = event.model_dump_json(exclude_none=True, by_alias=True)
+def event_json(event: Event) -> str:
+    """``event`` as it is stored: its own JSON, without the fields it leaves unset."""
+    return event.model_dump_json(exclude_none=True, by_alias=True)
+
+
+def event_message(event: Event, *, message_id: str, prompt: bool = False) -> Message:
+    """The message that stores ``event`` under ``message_id``: a plain user message when it
+    is the turn's ``prompt``, else the event alone."""
+    data = event_json(event)
     text = event_text(event)
-    if prompt_id is not None:
+    if prompt:
         return Message(
-            "user", (Text(user_text(event) or ""), Native(FRAMEWORK, data, text)), prompt_id
+            "user", (Text(user_text(event) or ""), Native(FRAMEWORK, data, text)), message_id
         )
     content = event.content
     user = event.author == "user" or (content is not None and content.role == "user")
-    return Message("user" if user else "assistant", (Native(FRAMEWORK, data, text),), id=event.id)
+    return Message("user" if user else "assistant", (Native(FRAMEWORK, data, text),), message_id)
+
+
+def stored_json(messages: Iterable[Message], event_id: str) -> list[str]:
+    """The stored JSON of each event of ``messages`` whose id is ``event_id``."""
+    found: list[str] = []
+    for message in messages:
+        native = _native(message)
+        if native is None or header_of(message) is not None:
+            continue
+        if json.loads(native.data).get("id") == event_id:
+            found.append(native.data)
+    return found
 
 
 def header_message(app_name: str, user_id: str, state: dict[str, Any], created: float) -> Message:

@@ -134,7 +134,7 @@ async def test_a_session_deleted_while_it_is_created_is_a_store_error(tmp_path: 
             await service.create_session(app_name="app", user_id="u", session_id="s")
 
 
-async def test_create_list_delete_by_owner_only_and_an_id_is_never_made_twice(
+async def test_create_list_delete_by_owner_only_and_a_deleted_id_is_made_anew(
     tmp_path: Path,
 ) -> None:
     async with SQLiteStore(str(tmp_path / "adk.db")) as store:
@@ -143,23 +143,32 @@ async def test_create_list_delete_by_owner_only_and_an_id_is_never_made_twice(
             await service.create_session(app_name="app", user_id=user, session_id=sid)
         with pytest.raises(AlreadyExistsError):
             await service.create_session(app_name="app", user_id="u", session_id="a")
+        a = await service.get_session(app_name="app", user_id="u", session_id="a")
+        assert a is not None
+        await service.append_event(a, _event("before", 1.0))
+        kept = service.session(app_name="app", user_id="u", session_id="a")
+        await kept.steer("waiting", id="k")
         everyone = await service.list_sessions(app_name="app")
         mine = await service.list_sessions(app_name="app", user_id="u")
         # another user's delete, and another app's, leave the session alone
         await service.delete_session(app_name="app", user_id="v", session_id="a")
         await service.delete_session(app_name="other", user_id="u", session_id="a")
-        kept = await service.get_session(app_name="app", user_id="u", session_id="a")
+        still = await service.get_session(app_name="app", user_id="u", session_id="a")
         await service.delete_session(app_name="app", user_id="u", session_id="a")
         gone = await SteerableSessionService(store).get_session(
             app_name="app", user_id="u", session_id="a"
         )
         after = await service.list_sessions(app_name="app")
-        with pytest.raises(AlreadyExistsError):
-            await service.create_session(app_name="app", user_id="u", session_id="a")
+        forgotten = (await kept.messages(), await kept.steers())
+        again = await service.create_session(app_name="app", user_id="u", session_id="a")
+        last = await service.list_sessions(app_name="app")
+    # least recently updated first: "a" has an event stamped 1.0, before b and c were made
     assert [(s.id, s.user_id) for s in everyone.sessions] == [("a", "u"), ("b", "v"), ("c", "u")]
     assert [s.id for s in mine.sessions] == ["a", "c"]
-    assert kept is not None and gone is None
+    assert still is not None and gone is None
     assert [s.id for s in after.sessions] == ["b", "c"]
+    assert forgotten == ([], [])  # the store forgot its transcript and its steer box
+    assert again.events == [] and [s.id for s in last.sessions] == ["b", "c", "a"]
 
 
 async def test_app_and_user_state_are_shared_by_their_scope_and_the_rest_is_the_sessions(

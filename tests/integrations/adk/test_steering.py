@@ -14,6 +14,7 @@ from google.adk.runners import Runner
 from google.genai import types
 
 from steerable.integrations.adk import SteerableSessionService, SteeringPlugin
+from steerable.integrations.adk._index import session_key
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.adk.scripted import ScriptedLlm, call, problems, say, texts_of
 
@@ -51,7 +52,8 @@ async def test_a_steer_sent_during_a_tool_call_is_in_the_next_request_once_in_pl
         """The weather in ``city``."""
         calls.append(city)
         if city == "Paris":  # the first call: the user changes their mind meanwhile
-            await asyncio.to_thread(steer_from_another_process, path, "s", "Rome instead", "st-1")
+            key = session_key("app", "u", "s")  # where the ADK session "s" of app and u is kept
+            await asyncio.to_thread(steer_from_another_process, path, key, "Rome instead", "st-1")
         return f"sunny in {city}"
 
     model = ScriptedLlm(
@@ -93,11 +95,15 @@ async def test_a_steer_sent_during_a_tool_call_is_in_the_next_request_once_in_pl
         assert len({event.invocation_id for event in events}) == 1
 
         # in storage: once, in place, as the steered user message the take recorded
-        stored = await SteerableSessionService(store).session("s").messages()
+        stored = (
+            await SteerableSessionService(store)
+            .session(app_name="app", user_id="u", session_id="s")
+            .messages()
+        )
         steered = [m for m in stored if m.steered]
         assert [(m.id, m.text) for m in steered] == [("st-1", "Rome instead")]
         assert [m.id for m in stored].index("st-1") == 4  # header, prompt, call, result, steer
-        assert await service.session("s").steers() == []
+        assert await service.session(app_name="app", user_id="u", session_id="s").steers() == []
 
         # and a session loaded again from the store has every event in the run's order
         again = await SteerableSessionService(store).get_session(
@@ -116,7 +122,9 @@ async def test_under_a_workflow_root_the_plugin_takes_no_steer_and_stores_the_st
 ) -> None:
     async def lookup(city: str) -> str:
         """The weather in ``city``."""
-        await service.session("s").steer("Rome instead", id="st-1")
+        await service.session(app_name="app", user_id="u", session_id="s").steer(
+            "Rome instead", id="st-1"
+        )
         return f"sunny in {city}"
 
     model = ScriptedLlm(model="scripted", script=[call("lookup", "c1", city="Paris"), say("sunny")])
@@ -135,8 +143,8 @@ async def test_under_a_workflow_root_the_plugin_takes_no_steer_and_stores_the_st
         ):
             pass
         await runner.close()
-        stored = await service.session("s").messages()
-        waiting = await service.session("s").steers()
+        stored = await service.session(app_name="app", user_id="u", session_id="s").messages()
+        waiting = await service.session(app_name="app", user_id="u", session_id="s").steers()
     assert [texts_of(r) for r in model.requests] == [["Paris?"], ["Paris?", "call:c1", "result:c1"]]
     assert [s.id for s in waiting] == ["st-1"]  # left for the next run
     assert len(stored) == 5 and not any(m.steered for m in stored)  # header, prompt, 3 events
