@@ -23,6 +23,8 @@ def _verbs(store: PostgresStore, sid: str) -> list[Callable[[], Awaitable[object
         lambda: store.steer(sid, Steer("x")),
         lambda: store.steers(sid),
         lambda: store.take_steers(sid, at=None, limit=1),
+        lambda: store.truncate(sid, at=0, length=1),
+        lambda: store.delete(sid),
         store.check_schema,
     ]
 
@@ -46,8 +48,10 @@ async def test_no_server_listening_is_store_unavailable() -> None:
 
 async def test_a_closed_pool_is_store_unavailable(database: str) -> None:
     pool = await create_pool(database)
+    store = PostgresStore(pool)
+    await store.check_schema()  # so each verb reaches the pool itself
     await pool.close()
-    for verb in _verbs(PostgresStore(pool), f"pg-{new_id()}"):
+    for verb in _verbs(store, f"pg-{new_id()}"):
         with pytest.raises(StoreUnavailable, match="pool is closed"):
             await verb()
 
