@@ -11,7 +11,9 @@ What a steerable store keeps is all it answers with, so:
   the returns of the calls that ran and succeeded, as Pydantic AI counts them);
 - what a transcript cannot hold is refused with a :class:`~steerable.UsageError`, never
   dropped: a rewritten history (a branch, compaction), a fork, a scope, the deferred tool
-  requests of a paused run, listing conversations, deleting one (transcripts only grow).
+  requests of a paused run, listing conversations;
+- ``delete`` forgets the session whole (transcript, waiting steers, service records), through
+  the store's :class:`~steerable.store.Rewritable` verbs.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from steerable.errors import StoreError, TranscriptConflict, UsageError
 from steerable.integrations.pydantic_ai._records import model_message, record, revision
 from steerable.integrations.pydantic_ai._steering import stored_runs
 from steerable.messages import Message
-from steerable.store import CheckedStore, Store
+from steerable.store import CheckedStore, Store, rewritable
 
 
 class UnknownEntry(StoreError, KeyError):
@@ -157,8 +159,18 @@ class SteerableConversationStore(ConversationStore):
         record.head_id = _entry(cid, len(stored) + len(new) - 1) if stored or new else None
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
-        """Refused: a steerable transcript cannot be deleted."""
-        raise UsageError(f"conversation {conversation_id!r}: a steerable transcript only grows")
+        """Forget the session ``conversation_id``: its transcript, its waiting steers and its
+        service records, if it is still at ``expected_revision`` (the store must be
+        :class:`~steerable.store.Rewritable`, as every store of steerable is)."""
+        store = rewritable(self.store)
+        stored = await self.store.messages(conversation_id)
+        if not stored or revision(stored) != expected_revision:
+            raise ConversationConflict(conversation_id)
+        try:  # the check and the cut are one: a message stored since is a conflict
+            await store.truncate(conversation_id, at=0, length=len(stored))
+        except TranscriptConflict:
+            raise ConversationConflict(conversation_id) from None
+        await store.delete(conversation_id)
 
     async def read_entry(self, entry_id: str) -> ConversationEntry:
         """The entry ``POSITION@SESSION``."""

@@ -7,7 +7,7 @@ from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationConflict
 
-from steerable import Session, StoreError, UsageError
+from steerable import Session, Store, StoreError, UsageError
 from steerable.integrations.pydantic_ai import SteerableConversationStore, Steering
 from steerable.stores.memory import MemoryStore
 from tests.integrations.pydantic_ai.support import Script, say, view
@@ -43,8 +43,6 @@ async def test_what_a_transcript_cannot_hold_is_refused() -> None:
     await store.save(await agent.run("hi", conversation=Conversation(conversation_id="c")))
     loaded = await store.load("c")
     assert loaded is not None
-    with pytest.raises(UsageError, match="only grows"):
-        await store.delete("c")
     with pytest.raises(UsageError, match="cannot hold branches"):
         await store.branch("c", at=1, expected_revision=loaded.revision)
     with pytest.raises(UsageError, match="list"):
@@ -62,3 +60,24 @@ async def test_an_unknown_entry_is_a_store_error_and_a_key_error() -> None:
         with pytest.raises(StoreError) as raised:
             await store.read_entry(entry)
         assert isinstance(raised.value, KeyError) and "entry" in str(raised.value)
+
+
+async def test_delete_forgets_the_session_whole_and_a_stale_revision_is_a_conflict(
+    store: Store,
+) -> None:
+    conversations = SteerableConversationStore(store)
+    agent = Agent(Script(say("one"), say("two")).model)
+    await conversations.save(await agent.run("hi", conversation=Conversation(conversation_id="c")))
+    stale = await conversations.read_record("c")
+    assert stale is not None
+    loaded = await conversations.load("c")
+    assert loaded is not None
+    await conversations.save(await agent.run("again", conversation=loaded))
+    with pytest.raises(ConversationConflict):  # saved since that record was read
+        await conversations.delete_record("c", expected_revision=stale.revision)
+    assert len(await Session("c", store).messages()) == 4
+    await Session("c", store).steer("waiting", id="w")
+    await conversations.delete("c")  # Pydantic AI's delete: read the record, delete at it
+    assert await conversations.load("c") is None
+    assert await Session("c", store).messages() == [] and await Session("c", store).steers() == []
+    await conversations.delete("c")  # nothing to delete: nothing happens
