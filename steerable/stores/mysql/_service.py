@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import aiomysql  # type: ignore[import-untyped]
 
 from steerable import codec
-from steerable.errors import Fenced, SteerableError
+from steerable.errors import Fenced, SteerableError, StoreUnavailable
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
@@ -364,7 +364,8 @@ class MySQLServiceTables:
                 (session,),
             )
             svc = await locked(tx, session)
-            assert svc is not None  # made just above, in this transaction
+            if svc is None:  # made just above, in this transaction
+                raise StoreUnavailable(f"session {session!r}: its service row is missing")
             seen = await tx.rows(
                 "SELECT kind, seq, offered, ahead FROM steerable_inputs"
                 " WHERE session = %s AND id = %s",
@@ -709,7 +710,8 @@ async def _claim(
             (epoch, session, name),
         )
     turn = await _turn_of(tx, session, name)
-    assert turn is not None  # made or found just above
+    if turn is None:  # made or found just above, in this transaction
+        raise StoreUnavailable(f"session {session!r}: the turn {name!r} is missing")
     prompts = await tx.rows(f"{_INPUT} WHERE session = %s AND id = %s", (session, name))
     prompt = _input_view(prompts[0])
     events.append(("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": resumed}))
