@@ -1,10 +1,11 @@
 """LangGraph on steerable: ``create_agent``'s loop, our session, our steers.
 
-- :class:`SteeringMiddleware` (a ``create_agent`` middleware): before each model call, one
-  atomic store call stores what the graph added and takes the session's waiting steers,
-  which join the graph's state in place (after every tool result) under their own ids.
-- :class:`LangGraphAgent`: a service agent that builds ``create_agent`` per turn over the
-  turn's session; a ``graph=`` agent of your own takes no steer.
+- :class:`SteeringMiddleware` (a ``create_agent`` middleware over a store): before each
+  model call, one atomic store call stores what the graph added and takes the waiting
+  steers of the run's session (its ``thread_id``), which join the graph's state in place
+  (after every tool result) under their own ids. One compiled graph serves every session.
+- :class:`LangGraphAgent`: a service agent that builds ``create_agent`` once and runs each
+  turn over the turn's session; a ``graph=`` agent of your own takes no steer.
 - :class:`SteerableSaver`: a LangGraph checkpointer over any steerable store.
 
 The transcript keeps the prompt and each steer as steerable user messages and the graph's

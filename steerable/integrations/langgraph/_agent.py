@@ -1,11 +1,11 @@
-"""A LangGraph agent the service runs: ``create_agent`` per turn, steered at its own step.
+"""A LangGraph agent the service runs: one ``create_agent``, steered at its own step.
 
-Each turn builds the agent afresh (``create_agent(model, tools, ...)`` with a
-:class:`SteeringMiddleware` over the turn's fenced session) and runs it over the turn's
-messages rebuilt as langchain messages. The stored transcript is the turn's truth, so no
-checkpointer is needed here: a takeover carries the turn on from ``turn.messages`` (what
-the last holder stored at its last step), and the steers it took are in it, never taken
-again.
+The agent builds ``create_agent(model, tools, ...)`` once, with a :class:`SteeringMiddleware`
+that serves every session, and runs each turn over the turn's messages rebuilt as langchain
+messages; the turn's fenced session (and its steer cap) rides in the run's config, and the
+thread is the session. The stored transcript is the turn's truth, so no checkpointer is
+needed here: a takeover carries the turn on from ``turn.messages`` (what the last holder
+stored at its last step), and the steers it took are in it, never taken again.
 
 A compiled graph of your own (``graph=``) has no step this integration owns: it takes no
 steer (``steers_per_turn`` 0, so each steer is a turn of its own), and its messages are
@@ -34,7 +34,11 @@ from langgraph.graph.state import CompiledStateGraph
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps, until_stopped
 from steerable.integrations.langgraph._deltas import TextDeltas
-from steerable.integrations.langgraph._middleware import SteeringMiddleware
+from steerable.integrations.langgraph._middleware import (
+    RUN_SESSION,
+    RunSession,
+    SteeringMiddleware,
+)
 from steerable.integrations.langgraph._records import (
     from_stored,
     stored_ids,
@@ -87,6 +91,7 @@ class LangGraphAgent:
         self.graph = graph
         # a graph of its own has no step of ours to take a steer at
         self._steers = 0 if graph is not None else check_count(steers_per_turn, "steers")
+        self._agent: CompiledStateGraph[Any, Any, Any, Any] | None = None  # built at first use
 
     def __repr__(self) -> str:
         what = "graph" if self.graph is not None else repr(self.model)
@@ -99,7 +104,8 @@ class LangGraphAgent:
 
     async def run_turn(self, turn: Turn) -> Outcome:
         """Run the turn's graph over its messages until it ends or the turn is stopped."""
-        config: RunnableConfig = {}
+        configurable: dict[str, Any] = {"thread_id": turn.session}
+        config: RunnableConfig = {"configurable": configurable}
         if self.recursion_limit is not None:
             config["recursion_limit"] = self.recursion_limit
         if turn.events is not None:
@@ -107,21 +113,29 @@ class LangGraphAgent:
         inputs: InputAgentState = {"messages": list(from_stored(turn.messages))}
         if self.graph is not None:
             return await self._run_graph(turn, self.graph, inputs, config)
-        steering = SteeringMiddleware(turn.store_session, steers=turn.steers_left)
-        agent = create_agent(
-            self.model,  # type: ignore[arg-type]
-            self.tools,
-            system_prompt=self.system_prompt,
-            middleware=[*self.middleware, steering],
-        )
+        configurable[RUN_SESSION] = RunSession(turn.store_session, turn.steers_left)
         try:
-            state, stopped = await until_stopped(turn, agent.ainvoke(inputs, config))
+            state, stopped = await until_stopped(turn, self.agent().ainvoke(inputs, config))
         except GraphRecursionError as exc:
             # the steps so far are stored; the reply under way when it stopped is not
             return Outcome("max_steps", error=f"GraphRecursionError: {exc}")
         if stopped or state is None:
             return Outcome("stopped")
         return _ended(state)
+
+    def agent(self) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """The graph every turn runs: ``graph=``, or ``create_agent``'s (built on the first
+        call), whose :class:`SteeringMiddleware` takes each run's session from its config."""
+        if self.graph is not None:
+            return self.graph
+        if self._agent is None:
+            self._agent = create_agent(
+                self.model,  # type: ignore[arg-type]
+                self.tools,
+                system_prompt=self.system_prompt,
+                middleware=[*self.middleware, SteeringMiddleware()],
+            )
+        return self._agent
 
     async def _run_graph(
         self,

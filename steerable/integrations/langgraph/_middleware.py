@@ -24,19 +24,21 @@ twice), and a step the graph ran again is replaced by the stored one (the store 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AnyMessage, RemoveMessage
 from langgraph.channels.untracked_value import UntrackedValue
+from langgraph.config import get_config
 from langgraph.runtime import Runtime
 
 from steerable.errors import UsageError
 from steerable.integrations._steps import Steps
+from steerable.integrations.langgraph._catch_up import behind
 from steerable.integrations.langgraph._records import (
     from_stored,
-    rebuilt_ids,
     steer_message,
     stored_ids,
     to_stored,
@@ -44,11 +46,23 @@ from steerable.integrations.langgraph._records import (
 )
 from steerable.messages import Message, new_id
 from steerable.session import Session
-from steerable.store import check_count
+from steerable.store import Store, check_count, check_session_id
 
 __all__ = ["SteeringMiddleware"]
 
 _ASYNC_ONLY = "SteeringMiddleware stores through an async session: run the graph with ainvoke"
+
+# The config key a run brings its own session under (LangGraphAgent's turns: the turn's
+# fenced session and steer cap). "__" keeps it out of checkpoint metadata.
+RUN_SESSION = "__steerable_session"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSession:
+    """A run's own session and steer cap, in its config under :data:`RUN_SESSION`."""
+
+    session: Session
+    steers: int
 
 
 class SteeringState(AgentState[Any]):
@@ -61,40 +75,67 @@ class SteeringState(AgentState[Any]):
     steerable_run: NotRequired[Annotated[str, UntrackedValue, PrivateStateAttr]]
 
 
+@dataclass(slots=True)
+class _Run:
+    """The run under way on one session through this middleware."""
+
+    id: str
+    session: Session
+    steers: int
+    steps: Steps | None = None
+    ids: set[str] = field(default_factory=set)  # the langchain ids stored
+
+
 class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
-    """Takes ``session``'s steers before each model call and stores the conversation.
+    """Takes each run's session's steers before each model call and stores the conversation.
+
+    ``SteeringMiddleware(store)``: a run's session is its thread, ``config["configurable"]
+    ["thread_id"]`` (``str``'d), so one ``create_agent(...)`` serves every session, as one
+    compiled graph serves every thread. ``SteeringMiddleware(session)``: every run is that
+    one session, whatever its thread. (``None``: each run brings its session in its
+    config, as :class:`LangGraphAgent` turns do.)
 
     ``steers`` is how many steers one run (one ``ainvoke``) takes at most; the rest wait
-    for the next run. The conversation goes into ``session``'s transcript at every step:
+    for the next run. The conversation goes into the session's transcript at every step:
     the prompt and the steers as steerable user messages, the graph's other messages as
     :class:`~steerable.Native` records (:mod:`steerable.integrations.langgraph`).
 
-    One run at a time: a run that begins while another is under way takes the middleware
-    over, and the run it took it from fails at its next step with :class:`UsageError`,
-    storing nothing more (their messages would interleave in one transcript). No hook
-    runs when a run fails or is cancelled, so a live run cannot be told from a dead one
-    at the newcomer's start: the older run is the one refused.
+    One run at a time per session: a run that begins on a session while another is under
+    way on it takes the session over, and the run it took it from fails at its next step
+    with :class:`UsageError`, storing nothing more (their messages would interleave in one
+    transcript). No hook runs when a run fails or is cancelled, so a live run cannot be
+    told from a dead one at the newcomer's start: the older run is the one refused. Runs
+    on other sessions go on side by side.
     """
 
     state_schema = SteeringState
 
-    def __init__(self, session: Session, *, steers: int = 16) -> None:
+    def __init__(self, store: Store | Session | None = None, *, steers: int = 16) -> None:
         super().__init__()
-        if not isinstance(session, Session):
-            raise UsageError(f"SteeringMiddleware needs a steerable Session, not {session!r}")
-        self.session = session
+        if store is not None and not isinstance(store, Session | Store):
+            raise UsageError(
+                f"SteeringMiddleware takes a steerable Store (a run's session is its"
+                f" thread_id) or a Session, not {store!r}"
+            )
+        self.session = store if isinstance(store, Session) else None
+        self.store = store.store if isinstance(store, Session) else store
         self.steers = check_count(steers, "steers")
-        self._steps: Steps | None = None
-        self._ids: set[str] = set()
-        self._run: str | None = None  # the run that holds the middleware
+        self._runs: dict[str, _Run] = {}  # by session id: the run that holds it
 
     def __repr__(self) -> str:
-        return f"SteeringMiddleware({self.session!r}, steers={self.steers})"
+        if self.session is not None:
+            over = repr(self.session)
+        else:
+            over = "None" if self.store is None else type(self.store).__name__
+        return f"SteeringMiddleware({over}, steers={self.steers})"
 
-    @property
-    def taken(self) -> list[Message]:
-        """The steers this run took so far, in order."""
-        return [] if self._steps is None else list(self._steps.taken)
+    def taken(self, session: str | None = None) -> list[Message]:
+        """The steers the run under way on ``session`` took so far, in order (``session``
+        may be left out for a middleware over one Session)."""
+        if session is None and self.session is not None:
+            session = self.session.id
+        run = self._runs.get(check_session_id(session))
+        return [] if run is None or run.steps is None else list(run.steps.taken)
 
     # LangGraph calls the sync hooks under invoke/stream: say so rather than block on I/O.
     def before_agent(self, state: SteeringState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -112,10 +153,10 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
     async def abefore_agent(
         self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """A new run: it holds the middleware, its steer count starts again, and what is
+        """A new run: it holds its session, its steer count starts again, and what is
         stored is read afresh."""
-        self._run, self._steps = new_id(), None
-        return {"steerable_run": self._run}
+        run = self._begin_run()
+        return {"steerable_run": run.id}
 
     async def abefore_model(
         self, state: SteeringState, runtime: Runtime[Any]
@@ -123,83 +164,89 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
         """Store what the graph added and take the waiting steers, in one store call."""
         run = self._hold(state)
         messages = list(state["messages"])
-        steps = await self._begin()
+        steps = await _steps(run)
         # What the store holds past the graph's state: an earlier attempt's step whose
-        # checkpoint was lost with its process.
-        dropped, behind = _behind(steps.stored, messages)
-        new = self._new([m for m in messages if m.id not in dropped])
+        # checkpoint was lost with its process (or a retry without a checkpointer).
+        dropped, stored = behind(steps.stored, messages)
+        new = _new(run, [m for m in messages if m.id not in dropped])
         taken = await steps.step(new)
-        self._ids.update(m.id for m in [*new, *taken])
+        run.ids.update(m.id for m in [*new, *taken])
         back: list[Any] = [RemoveMessage(id=id) for id in dropped]
-        back += from_stored(behind) + [steer_message(m) for m in taken]
-        return {"messages": back, "steerable_run": run}
+        back += from_stored(stored) + [steer_message(m) for m in taken]
+        return {"messages": back, "steerable_run": run.id}
 
     async def aafter_agent(
         self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Store the run's last messages (its answer), taking no steer: a steer that came
-        while the model wrote the answer waits for the next run."""
-        self._hold(state)
-        await self.finish(state["messages"])
+        while the model wrote the answer waits for the next run. The run lets go of its
+        session."""
+        run = self._hold(state)
+        steps = await _steps(run)
+        messages = state["messages"]
+        await steps.save(_new(run, messages[: len(messages) - unanswered_tail(messages)]))
+        if self._runs.get(run.session.id) is run:
+            del self._runs[run.session.id]
         return None
 
-    async def finish(self, messages: Sequence[AnyMessage]) -> None:
-        """Store ``messages``' new ones, taking no steer; a tail of tool calls that have no
-        result (a run cut short) is left out, so the transcript stays valid."""
-        steps = await self._begin()
-        complete = list(messages[: len(messages) - unanswered_tail(messages)])
-        new = self._new(complete)
-        await steps.save(new)
-        self._ids.update(m.id for m in new)
+    def _begin_run(self) -> _Run:
+        session, steers = self._session_of_run()
+        run = _Run(new_id(), session, steers)
+        self._runs[session.id] = run  # an older run on the session is refused from now on
+        return run
 
-    def _hold(self, state: SteeringState) -> str:
-        """The id of the run of ``state``, refused unless that run holds the middleware.
+    def _hold(self, state: SteeringState) -> _Run:
+        """The run of ``state``, refused unless it still holds its session.
 
         A run resumed after an interrupt has no id (untracked values are not checkpointed):
-        it takes the middleware, as a new run would."""
-        run = state.get("steerable_run")
-        if run is None:
-            self._run = new_id()
-            return self._run
-        if run != self._run:
+        it takes its session, as a new run would."""
+        id = state.get("steerable_run")
+        if id is None:
+            return self._begin_run()
+        session, _ = self._session_of_run()
+        run = self._runs.get(session.id)
+        if run is None or run.id != id:
             raise UsageError(
-                "another run of this SteeringMiddleware began while this one ran: one run"
+                f"another run on session {session.id!r} began while this one ran: one run"
                 " of a session at a time (this run stops here, storing nothing more)"
             )
         return run
 
-    async def _begin(self) -> Steps:
-        if self._steps is None:
-            stored = await self.session.messages()
-            self._steps = Steps(self.session, stored, steers=self.steers)
-            self._ids = stored_ids(stored)
-        return self._steps
+    def _session_of_run(self) -> tuple[Session, int]:
+        """The session the run under way stores into, and its steer cap."""
+        configurable = _configurable()
+        given = configurable.get(RUN_SESSION)
+        if isinstance(given, RunSession):
+            return given.session, given.steers
+        if self.session is not None:
+            return self.session, self.steers
+        thread = configurable.get("thread_id")
+        if self.store is None or thread is None:
+            raise UsageError(
+                "SteeringMiddleware(store) stores each run into the session of its thread:"
+                " run the graph with config={'configurable': {'thread_id': ...}}"
+                if self.store is not None
+                else "SteeringMiddleware() has no store: give it one, or a Session"
+            )
+        return Session(check_session_id(str(thread)), self.store), self.steers
 
-    def _new(self, messages: Sequence[AnyMessage]) -> list[Message]:
-        return [to_stored(m) for m in messages if m.id not in self._ids]
+
+def _configurable() -> dict[str, Any]:
+    """The running graph's ``config["configurable"]`` ({} outside a graph run)."""
+    try:
+        config = get_config()
+    except RuntimeError:
+        return {}
+    return dict(config.get("configurable") or {})
 
 
-def _behind(
-    stored: Sequence[Message], messages: Sequence[AnyMessage]
-) -> tuple[list[str], list[Message]]:
-    """What the graph's state lacks of the store: (ids to drop from it, stored messages).
+async def _steps(run: _Run) -> Steps:
+    if run.steps is None:
+        stored = await run.session.messages()
+        run.steps = Steps(run.session, stored, steers=run.steers)
+        run.ids = stored_ids(stored)
+    return run.steps
 
-    The anchor is the state's last message that is stored. What the store has after it
-    was stored by a step the state never saw: a crash lost that step's checkpoint. If it
-    is only steers (the process died between a take and the checkpoint), they are given
-    back. If it is more (the graph ran the step again, so its replies and tool results
-    have new ids), the store wins: the state's messages after the anchor are dropped and
-    the stored ones put in their place. A state with none of the stored messages (a
-    fresh thread) gets nothing.
-    """
-    ids = stored_ids(stored)
-    anchor = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].id in ids), -1)
-    if anchor < 0:
-        return [], []
-    at = next(i for i, m in enumerate(stored) if messages[anchor].id in rebuilt_ids(m))
-    tail = list(stored[at + 1 :])
-    in_state = {m.id for m in messages}
-    if all(m.steered for m in tail):
-        return [], [m for m in tail if m.id not in in_state]
-    dropped = [m.id for m in messages[anchor + 1 :] if m.id is not None]
-    return dropped, tail
+
+def _new(run: _Run, messages: Sequence[AnyMessage]) -> list[Message]:
+    return [to_stored(m) for m in messages if m.id not in run.ids]

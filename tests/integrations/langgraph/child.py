@@ -11,7 +11,9 @@ process SIGKILLs itself once that steer is taken, by HOW:
   file CHECKPOINTS with ``durability="sync"``, has the steer);
 - ``take``: inside the step that took it, right after the store answered (the checkpoint
   does not have it);
-- ``nocheckpoint``: in the tool of the next step, with no checkpointer at all.
+- ``nocheckpoint``: in the tool of the next step, with no checkpointer at all;
+- ``noid``: the same, the prompt the usual dict without an id, and the middleware over the
+  store (the session is the thread, ``"s"``).
 
 A later attempt resumes the thread from its checkpoint (``ainvoke(None)``), or, with none,
 runs the same prompt again; it prints the run's message ids as one JSON line.
@@ -58,7 +60,7 @@ class _DyingAfterTheTake(SteeringMiddleware):
         self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         update = await super().abefore_model(state, runtime)
-        if self.taken:
+        if self.taken():
             _die()
         return update
 
@@ -79,17 +81,21 @@ async def _run(store_path: Path, saver: AsyncSqliteSaver | None, how: str, first
         agent = create_agent(
             ScriptedChat(rounds=3, record_to=sys.argv[3]),
             [work_tool(during)],
-            middleware=[kind(session)],
+            middleware=[kind(store if how == "noid" else session)],
             checkpointer=saver,
         )
         prompt: InputAgentState = {"messages": [HumanMessage("plan my week", id="p")]}
+        config = CONFIG
+        if how == "noid":
+            prompt = {"messages": [{"role": "user", "content": "plan my week"}]}
+            config = {"configurable": {"thread_id": "s"}}
         resume = saver is not None and not first
         if resume:
-            assert (await agent.aget_state(CONFIG)).next, "the thread has a step to resume"
+            assert (await agent.aget_state(config)).next, "the thread has a step to resume"
         # durability="sync" without a checkpointer fails in LangGraph 1.2.24 (AttributeError:
         # no _put_checkpoint_fut), so it is given only with one
         extra: dict[str, Any] = {} if saver is None else {"durability": "sync"}
-        state = await agent.ainvoke(None if resume else prompt, CONFIG, **extra)
+        state = await agent.ainvoke(None if resume else prompt, config, **extra)
         print(json.dumps({"ids": [m.id for m in state["messages"]]}))
 
 
@@ -97,7 +103,7 @@ async def main() -> None:
     """Run (or retry) the run; see the module docstring."""
     store, checkpoints, _, how, attempt = sys.argv[1:]
     first = attempt == "1"
-    if how == "nocheckpoint":
+    if how in ("nocheckpoint", "noid"):
         await _run(Path(store), None, how, first)
         return
     async with AsyncSqliteSaver.from_conn_string(checkpoints) as saver:

@@ -1,6 +1,7 @@
 """LangGraphAgent under the service (one process, a SQLite store with the service's tables).
 
-A steer during a tool call joins the turn at its next step; one during the final answer, or
+One graph serves every session's turns; a steer during a tool call joins the turn at its
+next step; one during the final answer, or
 any steer to a ``graph=`` agent (which has no step of ours), is a turn of its own; a turn
 that reaches its recursion limit ends ``max_steps`` with a transcript a provider accepts.
 """
@@ -13,12 +14,14 @@ from typing import Any
 
 from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import BaseMessage
+from langgraph.config import get_config
 from langgraph.graph import START, MessagesState, StateGraph
 
 from steerable.integrations.langgraph import LangGraphAgent, from_stored
 from steerable.messages import Message
 from steerable.service import Service
-from steerable.service_store import END_STATES, TurnView
+from steerable.service_store import END_STATES, ServiceStore, TurnView
+from steerable.store import Store
 from steerable.stores.sqlite import SQLiteStore
 from tests.integrations.langgraph.chat import ScriptedChat, valid
 from tests.integrations.langgraph.support import ids, shape, work_tool
@@ -180,3 +183,44 @@ async def test_a_human_in_the_loop_interrupt_fails_the_turn_with_a_clear_error(
     # what ran before the interrupt is stored; the call it asked about is not
     assert shape(stored) == ["user:go on"]
     assert valid(from_stored(stored))
+
+
+async def test_one_graph_serves_the_turns_of_two_sessions_at_once_each_steered_in_its_own(
+    any_store: Store,
+) -> None:
+    working = {s: asyncio.Event() for s in ("alice", "bob")}
+    release = asyncio.Event()
+
+    async def hold() -> None:
+        session = str(get_config()["configurable"]["thread_id"])  # the thread is the session
+        if not working[session].is_set():
+            working[session].set()
+            await release.wait()
+
+    assert isinstance(any_store, ServiceStore)
+    agent = LangGraphAgent(ScriptedChat(rounds=2), [work_tool(hold)])
+    graph = agent.agent()
+    service = Service(any_store, agent, poll=0.05)
+    async with service.serving():
+        await service.send("alice", "plan my week", id="pa")
+        await service.send("bob", "book a table", id="pb")
+        for event in working.values():
+            await asyncio.wait_for(event.wait(), 30)
+        await service.steer("alice", "skip friday", id="ka")
+        await service.steer("bob", "for two", id="kb")
+        release.set()
+        done = [await service.wait(s, p, seconds=30) for s, p in (("alice", "pa"), ("bob", "pb"))]
+        stored = [await _transcript(service, s) for s in ("alice", "bob")]
+    assert agent.agent() is graph  # built once, for every session
+    assert [d.text if d else None for d in done] == [
+        "answered: plan my week | skip friday",
+        "answered: book a table | for two",
+    ]
+    for transcript, (prompt, steer) in zip(
+        stored, [("plan my week", "skip friday"), ("book a table", "for two")], strict=True
+    ):
+        assert shape(transcript) == [
+            *(f"user:{prompt}", "ai", "tool", f"steer:{steer}"),
+            *("ai", "tool", "ai"),
+        ]
+        assert valid(from_stored(transcript))
