@@ -9,7 +9,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
 
 from pydantic_ai import RunContext
-from pydantic_ai.agent import AbstractAgent, EventStreamHandler
+from pydantic_ai.agent import AbstractAgent, EventStreamHandler, WrapperAgent
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -81,7 +81,7 @@ class PydanticAIAgent:
             turn.store_session, stored, steers=turn.steers_left, prompt_id=turn.prompt.id
         )
         # An Agent's own Steering(store) stands aside: the turn's Steering is on the fenced session.
-        served = serving.set(self.agent)
+        served = serving.set(_innermost(self.agent))
         run = self.agent.run(
             prompt,
             message_history=steering.history or None,
@@ -110,6 +110,13 @@ class PydanticAIAgent:
         if turn.events is None or not _streams(self.agent.model):
             return None  # a model that cannot stream would fail the turn: its answer comes whole
         return _text_deltas(turn, turn.events, self.agent.event_stream_handler)
+
+
+def _innermost(agent: AbstractAgent[Any, Any]) -> AbstractAgent[Any, Any]:
+    """The Agent a wrapper (a durable one, say) runs: the one its runs' contexts name."""
+    while isinstance(agent, WrapperAgent):
+        agent = agent.wrapped
+    return agent
 
 
 def _streams(model: object) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.agent import WrapperAgent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import InMemoryConversationStore
 from pydantic_ai.messages import ModelResponse, ToolCallPart
@@ -145,10 +146,14 @@ def test_an_agents_steering_takes_a_store_and_no_run_of_its_own() -> None:
     assert Steering(store).taken == []
 
 
-async def test_under_the_service_an_agents_steering_stands_aside_for_the_turns() -> None:
+@pytest.mark.parametrize("wrapped", [False, True], ids=["agent", "wrapper"])
+async def test_under_the_service_an_agents_steering_stands_aside_for_the_turns(
+    wrapped: bool,
+) -> None:
     store = MemoryStore()
     agent = Agent(Script(say("hello")).model, capabilities=[Steering(store)])
-    service = Service(store, PydanticAIAgent(agent), poll=0.05)
+    served = WrapperAgent(agent) if wrapped else agent  # a durable wrapper, say
+    service = Service(store, PydanticAIAgent(served), poll=0.05)
     async with service.serving():
         sent = await service.send("s", "hi")
         done = await service.wait("s", sent.id, seconds=10)
