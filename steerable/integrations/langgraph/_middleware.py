@@ -19,6 +19,9 @@ dies after a step was stored and before the checkpoint that has it, the retried 
 finds in the stored transcript what the state lacks and returns it: a steer taken is
 given back under its id (``add_messages`` places it once; the store never gives it
 twice), and a step the graph ran again is replaced by the stored one (the store wins).
+With no checkpointer the state is only the run's input: the same input again after a turn
+that did not finish (a prompt without an id gets a new one) resumes that stored turn
+rather than start another (``_catch_up.py``).
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
         messages = list(state["messages"])
         steps = await _steps(run)
         # What the store holds past the graph's state: an earlier attempt's step whose
-        # checkpoint was lost with its process (or a retry without a checkpointer).
+        # checkpoint was lost with its process, or a retry with no checkpointer.
         dropped, stored = behind(steps.stored, messages)
         new = _new(run, [m for m in messages if m.id not in dropped])
         taken = await steps.step(new)

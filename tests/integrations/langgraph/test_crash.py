@@ -2,8 +2,9 @@
 
 A child process (``child.py``) runs the graph and kills itself: in the tool of the step
 after the take (the checkpoint has the steer), inside the taking step right after the
-store answered (the checkpoint does not), or with no checkpointer at all. A second child
-resumes the thread (or, with no checkpoint, runs the same prompt again).
+store answered (the checkpoint does not), or with no checkpointer at all (the prompt with
+an id, or the usual dict without one). A second child resumes the thread (or, with no
+checkpoint, runs the same prompt again).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _requests(tmp_path: Path) -> list[list[dict[str, Any]]]:
     return [json.loads(line)["messages"] for line in lines]
 
 
-@pytest.mark.parametrize("how", ["tool", "take", "nocheckpoint"])
+@pytest.mark.parametrize("how", ["tool", "take", "nocheckpoint", "noid"])
 async def test_a_retry_after_sigkill_has_the_steer_once_in_place_and_never_takes_it_again(
     tmp_path: Path, how: str
 ) -> None:
