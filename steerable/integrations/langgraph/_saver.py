@@ -10,14 +10,19 @@ conversation as LangGraph's own savers do.
 
 Reads keep a process-local copy of each thread's folded log. Before it is used, an empty
 save at its length checks that no other process wrote since (one statement); if one did,
-the thread is loaded again. So the copy is a cache, never a second truth. This module is
-LangGraph's interface: what each call stores and how a stored checkpoint reads back.
+the thread is loaded again. So the copy is a cache, never a second truth; there is one per
+event loop the saver runs on. ``list(None)`` lists every thread of the saver's index
+(:mod:`._saver_index`). The sync methods run the async ones on a loop chosen by
+:mod:`._saver_sync`. This module is LangGraph's interface: what each call stores and how
+a stored checkpoint reads back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import threading
+import weakref
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -29,7 +34,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    get_serializable_checkpoint_metadata,
+    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -43,6 +48,7 @@ from steerable.integrations.langgraph._saver_log import (
     record,
     same,
 )
+from steerable.integrations.langgraph._saver_sync import SyncCalls
 from steerable.integrations.langgraph._saver_threads import Lists, Threads
 from steerable.messages import Message
 from steerable.store import Store
@@ -58,12 +64,13 @@ class SteerableSaver(BaseCheckpointSaver[str]):
     ``prefix`` is put before each thread id to name its session (keep checkpoint logs
     apart from conversations in one store); ``serde`` is LangGraph's serializer (its
     ``JsonPlusSerializer`` by default); ``cache`` is how many threads' logs one process
-    keeps. Use the async methods (``ainvoke``, ``astream``); the sync ones work only from
-    a thread other than the event loop's that the saver was first used on.
-    ``list(None)`` needs a listing of threads, which a store does not give: it raises
-    :class:`UsageError`. ``delete_for_runs`` needs one too and is not provided: LangGraph's
-    base class raises ``NotImplementedError`` for it (its conformance suite reports it
-    absent), sync or async.
+    keeps (per event loop). Both interfaces work: the async one (``ainvoke``, ``astream``)
+    on any loop, the sync one (``invoke``, ``get_state``) in a plain program and from any
+    thread, on the loop :mod:`._saver_sync` picks; a store bound to a loop that is gone is
+    a :class:`UsageError` saying so. ``list(None)`` lists every thread the saver's index
+    holds (none for the prefix ``""``: a :class:`UsageError`). ``delete_for_runs`` is not
+    provided: LangGraph's base class raises ``NotImplementedError`` for it (its conformance
+    suite reports it absent), sync or async.
     """
 
     def __init__(
@@ -83,17 +90,32 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             raise UsageError(f"cache is an int >= 1, not {cache!r}")
         self.store = store
         self.prefix = prefix
-        self._threads = Threads(store, prefix, cache)
+        self._cache = cache
+        self._calls = SyncCalls(store)
+        # one Threads per event loop: its locks and kept logs belong to that loop
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Threads]
+        self._by_loop = weakref.WeakKeyDictionary()
+        self._by_loop_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SteerableSaver({self.store!r}, prefix={self.prefix!r})"
+
+    def _here(self) -> Threads:
+        """The running loop's :class:`Threads`; that loop is now the sync methods' home."""
+        loop = asyncio.get_running_loop()
+        self._calls.used(loop)
+        with self._by_loop_lock:
+            threads = self._by_loop.get(loop)
+            if threads is None:
+                threads = self._by_loop[loop] = Threads(self.store, self.prefix, self._cache)
+        return threads
 
     # -- the async interface --------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the latest)."""
         thread, ns, checkpoint_id = _address(config)
-        log = await self._threads.read(thread)
+        log = await self._here().read(thread)
         saved = log.find(ns, checkpoint_id)
         return None if saved is None else self._tuple(log, thread, ns, saved)
 
@@ -105,28 +127,34 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """A thread's checkpoints, newest first; ``filter`` matches metadata keys."""
-        if config is None:
-            raise UsageError(
-                "SteerableSaver.list needs a config with a thread_id: a steerable store"
-                " has no listing of threads"
-            )
-        thread = _thread(config)
-        configurable = config.get("configurable", {})
+        """Checkpoints newest first (by id): of ``config``'s thread, or (None) of every
+        thread the saver's index holds; ``filter`` keeps those whose metadata has each of
+        its keys equal to its value, ``before`` those older than its checkpoint, ``limit``
+        the first so many."""
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise UsageError(f"list's limit is None or an int >= 0, not {limit!r}")
+        if filter is not None and not isinstance(filter, dict):
+            raise UsageError(f"list's filter is None or a dict, not {type(filter).__name__}")
+        configurable = {} if config is None else config.get("configurable", {})
         wanted_ns = configurable.get("checkpoint_ns")
         wanted_id = configurable.get("checkpoint_id")
         bound = before["configurable"].get("checkpoint_id") if before else None
-        log = await self._threads.read(thread)
-        found = [
-            (saved.id, ns, saved)
-            for ns, saved_of_ns in log.checkpoints.items()
-            if wanted_ns is None or ns == wanted_ns
-            for saved in saved_of_ns.values()
-            if (wanted_id is None or saved.id == wanted_id) and (bound is None or saved.id < bound)
-        ]
-        found.sort(key=lambda item: item[0], reverse=True)
+        here = self._here()
+        threads = await self._threads_to_list(here) if config is None else [_thread(config)]
+        found: list[tuple[str, str, str, Saved, ThreadLog]] = []
+        for thread in threads:
+            log = await here.read(thread)
+            found += [
+                (saved.id, thread, ns, saved, log)
+                for ns, saved_of_ns in log.checkpoints.items()
+                if wanted_ns is None or ns == wanted_ns
+                for saved in saved_of_ns.values()
+                if (wanted_id is None or saved.id == wanted_id)
+                and (bound is None or saved.id < bound)
+            ]
+        found.sort(key=lambda item: item[0], reverse=True)  # stable: threads in index order
         count = 0
-        for _, ns, saved in found:
+        for _, thread, ns, saved, log in found:
             if limit is not None and count >= limit:
                 return
             if filter:
@@ -135,6 +163,15 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                     continue
             count += 1
             yield self._tuple(log, thread, ns, saved)
+
+    async def _threads_to_list(self, here: Threads) -> list[str]:
+        if here.index is None:
+            raise UsageError(
+                "SteerableSaver.list(None) lists the threads of the saver's index, which lives"
+                " in the session named by its prefix: a saver with prefix '' keeps none; give"
+                " list a config with a thread_id, or the saver a prefix"
+            )
+        return await here.index.threads()
 
     async def aput(
         self,
@@ -153,9 +190,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             "id": checkpoint["id"],
             "parent": parent,
             "checkpoint": pack(self.serde.dumps_typed(stored)),
-            "metadata": pack(
-                self.serde.dumps_typed(get_serializable_checkpoint_metadata(config, metadata))
-            ),
+            "metadata": pack(self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))),
         }
         text = f"checkpoint {checkpoint['id']} step {metadata.get('step')} ns {ns!r}"
 
@@ -174,7 +209,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                     lists.append((ns, channel, key, list(value)))
             return [record({**head, "values": entries}, text)], lists
 
-        await self._threads.write(thread, build)
+        await self._here().write(thread, build)
         return {
             "configurable": {
                 "thread_id": thread,
@@ -206,13 +241,13 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             ],
         }
         message = record(body, f"{len(writes)} writes of task {task_id} at {checkpoint_id}")
-        await self._threads.write(thread, lambda log: ([message], []))
+        await self._here().write(thread, lambda log: ([message], []))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Forget the thread: a record after which its log reads as empty (no space freed)."""
         thread = _check_thread(thread_id)
         deleted = record({"kind": "deleted"}, "thread deleted")
-        await self._threads.write(thread, lambda log: ([] if log.empty() else [deleted], []))
+        await self._here().write(thread, lambda log: ([] if log.empty() else [deleted], []))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's latest checkpoint; ``delete``: forget all."""
@@ -231,18 +266,18 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                 ]
                 return [record(b, f"pruned ns {b['ns']!r}") for b in bodies], []
 
-            await self._threads.write(_check_thread(thread_id), build)
+            await self._here().write(_check_thread(thread_id), build)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append the source thread's live checkpoints and writes to the target, in one save."""
-        source = await self._threads.read(_check_thread(source_thread_id))
+        source = await self._here().read(_check_thread(source_thread_id))
         copies = source.replay(self.serde)
-        await self._threads.write(_check_thread(target_thread_id), lambda log: (list(copies), []))
+        await self._here().write(_check_thread(target_thread_id), lambda log: (list(copies), []))
 
-    # -- the sync interface: the async one, run on the saver's loop from another thread ---
+    # -- the sync interface: the async one, run on a loop (:mod:`._saver_sync`) --------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """:meth:`aget_tuple`, from a thread other than the event loop's."""
+        """:meth:`aget_tuple`, run on the loop :mod:`._saver_sync` picks."""
         return self._sync(self.aget_tuple(config))
 
     def list(
@@ -253,7 +288,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """:meth:`alist`, from a thread other than the event loop's."""
+        """:meth:`alist`, run on the loop :mod:`._saver_sync` picks."""
 
         async def collect() -> list[CheckpointTuple]:
             found = self.alist(config, filter=filter, before=before, limit=limit)
@@ -268,7 +303,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """:meth:`aput`, from a thread other than the event loop's."""
+        """:meth:`aput`, run on the loop :mod:`._saver_sync` picks."""
         return self._sync(self.aput(config, checkpoint, metadata, new_versions))
 
     def put_writes(
@@ -278,19 +313,19 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """:meth:`aput_writes`, from a thread other than the event loop's."""
+        """:meth:`aput_writes`, run on the loop :mod:`._saver_sync` picks."""
         self._sync(self.aput_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        """:meth:`adelete_thread`, from a thread other than the event loop's."""
+        """:meth:`adelete_thread`, run on the loop :mod:`._saver_sync` picks."""
         self._sync(self.adelete_thread(thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """:meth:`aprune`, from a thread other than the event loop's."""
+        """:meth:`aprune`, run on the loop :mod:`._saver_sync` picks."""
         self._sync(self.aprune(thread_ids, strategy=strategy))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """:meth:`acopy_thread`, from a thread other than the event loop's."""
+        """:meth:`acopy_thread`, run on the loop :mod:`._saver_sync` picks."""
         self._sync(self.acopy_thread(source_thread_id, target_thread_id))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
@@ -342,19 +377,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         )
 
     def _sync(self, work: Coroutine[Any, Any, T]) -> T:
-        loop = self._threads.loop
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop or loop.is_closed():
-            work.close()
-            raise UsageError(
-                "SteerableSaver's sync methods run only from a thread other than its event"
-                " loop's, once the saver has been used there; use the async ones (ainvoke,"
-                " astream, aget_tuple)"
-            )
-        return asyncio.run_coroutine_threadsafe(work, loop).result()
+        return self._calls.run(work)
 
 
 def _check_thread(thread_id: object) -> str:

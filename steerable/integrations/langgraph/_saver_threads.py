@@ -3,8 +3,11 @@
 Each thread is one session of the store (``prefix`` + thread id) holding the append-only
 log of :mod:`._saver_log`. :class:`Threads` keeps each thread's folded log in the process,
 reads it through a check that nobody wrote since, and appends a write's records in one
-``Store.save`` at the position it last saw, rebuilding them on a conflict. This is
-everything the saver asks of the store; LangGraph's interface is in :mod:`._saver`.
+``Store.save`` at the position it last saw, rebuilding them on a conflict; a thread's
+first write in a process notes it in the saver's index of threads (:mod:`._saver_index`)
+before its records are stored. This is everything the saver asks of the store; LangGraph's
+interface is in :mod:`._saver`. Its state (the logs kept, the locks) belongs to one event
+loop: the saver keeps one :class:`Threads` per loop it runs on.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from steerable.errors import StoreError, TranscriptConflict
+from steerable.integrations.langgraph._saver_index import ThreadIndex
 from steerable.integrations.langgraph._saver_log import ThreadLog
 from steerable.messages import Message
 from steerable.store import Store, check_session_id
@@ -33,15 +37,15 @@ Build = Callable[[ThreadLog], tuple[list[Message], Lists]]
 class Threads:
     """Each thread's log, as stored now: read through a checked cache, written atomically.
 
-    ``cache`` is how many threads' logs are kept. ``loop`` is the event loop the saver
-    was last used on (its sync methods run their work there).
+    ``cache`` is how many threads' logs are kept; ``index`` is the saver's index of
+    threads (None for the prefix ``""``, which has no session of its own to keep one in).
     """
 
     def __init__(self, store: Store, prefix: str, cache: int) -> None:
         self.store = store
         self.prefix = prefix
         self.cache = cache
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.index = ThreadIndex(store, prefix) if prefix else None
         self._logs: OrderedDict[str, ThreadLog] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -49,7 +53,6 @@ class Threads:
         return check_session_id(self.prefix + thread)
 
     def _lock(self, session: str) -> asyncio.Lock:
-        self.loop = asyncio.get_running_loop()
         lock = self._locks.get(session)
         if lock is None:
             lock = self._locks[session] = asyncio.Lock()
@@ -94,6 +97,8 @@ class Threads:
                 records, lists = build(log)
                 if not records:
                     return
+                if self.index is not None:
+                    await self.index.add(thread)
                 try:
                     await self.store.save(session, records, at=log.length)
                 except TranscriptConflict:

@@ -4,9 +4,9 @@
 checkpoint on one thread, each with a messages list two longer than its parent's (so each
 is stored as a delta) and a task's writes against it, and prints ``stored STEP`` once each
 ``aput`` has returned. The crash test SIGKILLs it wherever it is; given a second argument
-N, it SIGKILLs itself inside its N-th save, once the store has stored it and before the
-save returns (a put stored, its answer lost: the point where a saver that split a put
-into two saves would leave half of one).
+N, it SIGKILLs itself inside its N-th save of the thread, once the store has stored it and
+before the save returns (a put stored, its answer lost: the point where a saver that split
+a put into two saves would leave half of one).
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ class DyingStore(SQLiteStore):
     async def save(
         self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
     ) -> list[Message]:
-        """The save, then death if this is the one (empty probes are not counted)."""
+        """The save, then death if this is the one (empty probes and the saver's index of
+        threads, a session of its own, are not counted)."""
         taken = await super().save(session, messages, at=at, take=take)
-        if messages:
+        if messages and session.endswith(THREAD):
             self.saves += 1
             if self.saves == self.die_after:
                 os.kill(os.getpid(), signal.SIGKILL)
