@@ -133,6 +133,12 @@ class Blob:
     base: str | None = None
     items: list[Any] | None = None  # a delta's added items, decoded once
 
+    def stored(self) -> Packed:
+        """The packed value (``full``) or added items (``delta``); none is a corrupt record."""
+        if self.data is None:
+            raise CorruptRecord(f"a {self.kind} channel value has no data")
+        return self.data
+
 
 @dataclass
 class Write:
@@ -238,21 +244,20 @@ class ThreadLog:
                     raise CorruptRecord(f"channel {channel!r}: a delta's base {key!r} is missing")
                 return MISSING
             if blob.kind == "full":
-                assert blob.data is not None
-                base = serde.loads_typed(decode(blob.data))
+                base = serde.loads_typed(decode(blob.stored()))
                 break
             chain.append(blob)
             if len(chain) > len(self.blobs):
                 raise CorruptRecord(f"channel {channel!r}: the deltas at {version!r} form a cycle")
-            assert blob.base is not None
+            if blob.base is None:
+                raise CorruptRecord(f"channel {channel!r}: a delta at {key!r} has no base")
             key = blob.base
         if not chain and not isinstance(base, list):
             return base
         items = list(base)
         for blob in reversed(chain):
             if blob.items is None:
-                assert blob.data is not None
-                blob.items = list(serde.loads_typed(decode(blob.data)))
+                blob.items = list(serde.loads_typed(decode(blob.stored())))
             items.extend(blob.items)
         self.values[(ns, channel)] = (version, items)
         return list(items)
