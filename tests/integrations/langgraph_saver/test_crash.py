@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _kill(path: Path, lines: int, die_after: int) -> int:
-    """Run the writer until ``lines`` lines (then SIGKILL) or its own death; the last step.
+    """Run the writer until ``lines`` lines (then SIGKILL) or its own death; the last step
+    it printed (what it printed while the kill was on its way is read too: on a loaded
+    machine it may be several steps past the ``lines``-th).
 
     Blocking, run in a thread: asyncio's child watcher may lose a child's status (it then
     reports 255) when something else in the test process reaps children.
@@ -48,8 +50,12 @@ def _kill(path: Path, lines: int, die_after: int) -> int:
         if child.poll() is None:
             child.send_signal(signal.SIGKILL)
         child.wait()
+        rest = child.stdout.read().split(b"\n")[:-1]  # whole lines: a kill may cut the last
         child.stdout.close()
     assert child.returncode == -signal.SIGKILL
+    for line in rest:
+        assert line.startswith(b"stored "), line
+        last = int(line.split()[1])
     return last
 
 
