@@ -3,16 +3,15 @@
 Each test holds one point where ours once differed from ``InMemorySessionService`` and
 ``DatabaseSessionService``: ids per app and user, listing with state by last update, padded
 ids, ``get_user_state``, an event appended twice, a deleted session, a stale session object
-and a writer that overtook another. Each runs on SQLite and on Postgres (the store is where
-the point lives: the key, the index, the store's own conflict).
+and a writer that overtook another. Each runs on SQLite and on Postgres (the ``store``
+fixture of ``conftest.py``): each point lives in the store, its keys, its index, its
+conflicts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from google.adk.errors import StaleSessionError
@@ -29,25 +28,18 @@ from steerable.integrations.adk._index import AppIndex, session_key
 from steerable.integrations.adk._records import FRAMEWORK, header_message
 from steerable.messages import Message, Native
 from steerable.store import Store
-from tests.integrations.langgraph_saver.stores import open_store
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    """A fresh SQLite file, or a fresh Postgres database."""
-    async with open_store(request.param, tmp_path) as opened:
-        yield opened
 
 
 def _said(text: str, timestamp: float | None = None, **delta: object) -> Event:
-    stamp = {} if timestamp is None else {"timestamp": timestamp}
-    return Event(
+    event = Event(
         author="user",
         invocation_id="i",
         content=types.Content(role="user", parts=[types.Part(text=text)]),
         actions=EventActions(state_delta=dict(delta)),
-        **stamp,
     )
+    if timestamp is not None:
+        event.timestamp = timestamp
+    return event
 
 
 def _texts(session: AdkSession | None) -> list[str]:
@@ -115,10 +107,10 @@ async def test_get_user_state_is_the_users_across_sessions_not_anothers(store: S
     first = await service.create_session(
         app_name="app", user_id="u", state={"user:name": "Ada", "app:x": 1, "own": 2}
     )
-    await service.append_event(first, _said("hi", **{"user:counter": 1}))
-    await service.append_event(first, _said("hi", **{"user:counter": 2}))
+    await service.append_event(first, _said("hi", None, **{"user:counter": 1}))
+    await service.append_event(first, _said("hi", None, **{"user:counter": 2}))
     other = await service.create_session(app_name="app", user_id="v")
-    await service.append_event(other, _said("hi", **{"user:name": "Grace"}))
+    await service.append_event(other, _said("hi", None, **{"user:name": "Grace"}))
     mine = await SteerableSessionService(store).get_user_state(app_name="app", user_id="u")
     elsewhere = await service.get_user_state(app_name="app2", user_id="u")
     assert none == {} and elsewhere == {}
