@@ -181,3 +181,27 @@ def same_item(a: object, b: object) -> bool:
         left.pop(volatile, None)
         right.pop(volatile, None)
     return left == right
+
+
+def checked(item: object) -> dict[str, Any]:
+    """``item`` as a dict whose JSON can be stored, else InvalidMessage (nothing stored)."""
+    data = as_dict(item)
+    try:
+        json.dumps(data, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage(f"an input item that is not JSON cannot be stored: {exc}") from None
+    return data
+
+
+def orphan_outputs(items: Sequence[object]) -> int:
+    """How many of the first ``items`` are tool outputs whose call is not among ``items`` (a
+    history cut to its latest items can begin in the middle of a call and its outputs; a
+    provider refuses such an output)."""
+    dicts = [as_dict(item) for item in items]
+    calls = {d["call_id"] for d in dicts if _tool_side(d) == "call"}
+    count = 0
+    for data in dicts:
+        if _tool_side(data) != "output" or data["call_id"] in calls:
+            break
+        count += 1
+    return count

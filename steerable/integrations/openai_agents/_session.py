@@ -1,16 +1,34 @@
 """The SDK's ``Session`` over a steerable store, and the step where a run takes steers.
 
-One object plays both parts, because both write the same transcript:
+A :class:`SteerableSession` is first the SDK's session, as its ``SQLiteSession`` is: in a run
+given ``session=`` alone, and in every call made outside a run, each ``add_items`` is stored
+before it returns, in call order (concurrent calls wait their turn), durable and visible to
+every other process; a write that another writer got ahead of is appended after it.
+``get_items`` honours ``session_settings.limit``; ``pop_item`` and ``clear_session`` cut and
+forget the stored transcript (refused with :class:`~steerable.errors.SessionBusy` while a
+turn of the service runs on the session).
 
-- As the SDK's session (``get_items``, ``add_items``) it keeps the run's items verbatim.
-  The runner calls ``add_items`` with a turn's items right before it builds the next
-  request, and with the final answer's at the end. The first kind waits for that request's
-  step; the answer is stored at once, taking no steer.
-- As the run's step (:meth:`SteerableSession.step`, the ``call_model_input_filter`` that
-  :func:`steering` puts in the run config) it stores what the run handed over and whatever
-  the request holds beyond that, and takes the waiting steers: one atomic store call per
-  step (:class:`Steps`). A run that ends without an answer (an error, max turns, a tool's
-  output as the final output) leaves its last items to :meth:`SteerableSession.flush`.
+A run takes steers only with ``run_config=steering(session)``: the SDK's one hook on each
+request is the run config's ``call_model_input_filter``, which a session cannot reach. That
+config's ``session_input_callback`` also tells the session, as the run reads its history,
+that this run is steered (the callback is the SDK's own, so a user's callback still runs):
+
+- As the SDK's session it keeps the run's items verbatim. The runner calls ``add_items``
+  with a turn's items right before it builds the next request, and with the final answer's
+  at the end. The first kind waits for that request's step; the answer is stored at once,
+  taking no steer.
+- As the run's step (:meth:`SteerableSession.step`) it stores what the run handed over and
+  whatever the request holds beyond that, and takes the waiting steers: one atomic store
+  call per step (:class:`Steps`). A run that ends without an answer (an error, max turns, a
+  tool's output as the final output) leaves its last items to :meth:`SteerableSession.flush`.
+
+Either half alone is refused at once rather than left silent: the config without
+``session=`` (or with another session object) fails as the run starts or at its first
+request, storing nothing. A run given the session without the config stores everything, but
+when a steer waits at a point where a steered run would take it (the run's input, a turn's
+tool outputs) it fails with a :class:`UsageError` naming ``steering(session)``, after
+storing what it was handed; the steer stays waiting. ``steers=0`` makes a session that
+takes no steer and never refuses.
 
 The SDK rebuilds each request's input from its own lists, which never hold a steer: the
 filter puts every steer it took back into every later request, right after the item it
@@ -23,8 +41,6 @@ A history cut to its latest items (``SessionSettings(limit=...)``) is the tail o
 items: the step compares and splices from where the cut begins. The SDK hands each run's
 context to a session whose methods take ``wrapper``: a run that goes on after another run
 started on the same object fails at its next ``add_items`` with a :class:`UsageError`.
-
-The store is append-only, so ``pop_item`` and ``clear_session`` are refused.
 """
 
 from __future__ import annotations
@@ -32,56 +48,85 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents import RunConfig, RunContextWrapper, TResponseInputItem
 from agents.memory import SessionSettings
+from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
 
-from steerable.errors import UsageError
+from steerable.errors import TranscriptConflict, UsageError
 from steerable.integrations._steps import Steps
 from steerable.integrations.openai_agents._items import (
     answered,
     as_dict,
     call_names,
+    checked,
+    orphan_outputs,
     same_item,
     to_items,
     to_messages,
 )
+from steerable.integrations.openai_agents._serial import Serial
 from steerable.messages import Message
 from steerable.session import Session
 from steerable.store import check_count
 
 __all__ = ["SteerableSession", "steering"]
 
+# How many times a plain add_items reads the transcript again after another writer got
+# ahead of it (each retry follows someone else's success, so it is bounded by the writers).
+_APPEND_TRIES = 64
+
+
+def _settings(value: object) -> SessionSettings:
+    if value is None:
+        return SessionSettings()
+    if not isinstance(value, SessionSettings | Mapping):
+        raise UsageError(f"session_settings is a SessionSettings or a dict, not {value!r}")
+    try:
+        return coerce_session_settings(value if isinstance(value, SessionSettings) else dict(value))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"session_settings: {exc}") from None
+
 
 class SteerableSession:
     """The OpenAI Agents SDK ``Session`` protocol over a steerable :class:`Session`.
 
-    ``steers`` is how many steers one run may take. ``history``, when given, is the
-    transcript to start from instead of reading the store (the service's turn: it may end
-    with a prompt not stored yet, which the first step stores). One run at a time: give
-    each concurrent run its own session id and object.
+    ``steers`` is how many steers one run may take (0: none, and a run never refuses for a
+    waiting steer). ``session_settings`` is the SDK's (``limit``: how many of the latest
+    items ``get_items`` returns by default). ``history``, when given, is the transcript to
+    start from instead of reading the store (the service's turn: it may end with a prompt
+    not stored yet, which the first step stores). One run at a time: give each concurrent
+    run its own session id and object.
     """
 
-    session_settings: SessionSettings | None = None
-
     def __init__(
-        self, session: Session, *, steers: int = 16, history: Sequence[Message] | None = None
+        self,
+        session: Session,
+        *,
+        steers: int = 16,
+        history: Sequence[Message] | None = None,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(session, Session):
             raise UsageError(f"SteerableSession wraps a steerable Session, not {session!r}")
         self.session = session
         self.session_id = session.id
         self.steers = check_count(steers, "steers")
+        self.session_settings: SessionSettings | None = _settings(session_settings)
         self._history = None if history is None else list(history)
+        self._serial = Serial()
         self._steps: Steps | None = None
         self._view: list[Any] = []  # the items as the SDK knows them (no steer of this run)
         self._given = 0  # how many of them the SDK handed over (get_items, add_items)
         self._stored = 0  # how many of them are stored
+        self._loaded = 0  # how many the last read gave: a run's first add_items is its input
         self._first = 0  # the view's index of a request's first item (a limited history)
         self._run: RunContextWrapper[Any] | None = None  # the run get_items was last called by
+        self._read = False  # a run's get_items came last: steering's callback may claim it
+        self._wired = False  # the current run's config is steering(self): its steps store
         self._stepped = False  # whether a step of this run has stored its items
         self._steered: list[tuple[int, TResponseInputItem]] = []  # (after item n, steer)
 
@@ -96,7 +141,7 @@ class SteerableSession:
     async def _load(self) -> None:
         held: list[Any] = []
         if self._steps is not None:  # a run before this one: store what its end left over
-            await self.flush()
+            await self._flush()
             held = self._view[self._stored :]  # a call that waits for its output (an approval)
         if self._history is not None:
             messages, self._history = self._history, None
@@ -104,50 +149,79 @@ class SteerableSession:
             messages = await self.session.messages()
         self._steps = Steps(self.session, messages, steers=self.steers)
         self._view = [item for m in messages for item in to_items(m)] + held
-        self._given = len(self._view)
+        self._given = self._loaded = len(self._view)
         self._stored = len(self._view) - len(held)
-        self._first = 0  # the view's index of a request's first item
+        self._first = 0
+        self._stepped = False
+        self._steered = []
+
+    def _forget(self) -> None:
+        """Drop what this object knows of the transcript: its next call reads it again."""
+        self._steps = None
+        self._view = []
+        self._given = self._stored = self._loaded = self._first = 0
         self._stepped = False
         self._steered = []
 
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> list[TResponseInputItem]:
-        """The stored transcript as input items (the latest ``limit``), steers in place.
+        """The stored transcript as input items (the latest ``limit``, by default
+        ``session_settings.limit``), steers in place.
 
         Each call starts a run's bookkeeping afresh: the runner calls it as a run starts
         (``wrapper`` is that run's context, which the SDK passes to a session that asks).
         """
-        await self._load()
-        self._run = wrapper
-        if limit is not None:  # a SessionSettings(limit=...) run: its requests start later on
-            self._first = max(0, len(self._view) - check_count(limit, "limit"))
-        return copy.deepcopy(self._view[self._first :])
+        async with self._serial:
+            await self._load()
+            if wrapper is None or wrapper is not self._run:  # a new run (the same: a resume)
+                self._wired = False
+            self._run = wrapper
+            self._read = wrapper is not None
+            limit = resolve_session_limit(limit, self.session_settings)
+            if limit is not None:  # a limited history: the run's requests start later on
+                self._first = max(0, len(self._view) - check_count(limit, "limit"))
+            return copy.deepcopy(self._view[self._first :])
 
     async def add_items(
         self, items: list[TResponseInputItem], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        """Keep the items the runner hands over, for the next step to store with its take.
+        """Store ``items`` after the stored transcript, before returning.
 
-        The runner hands a turn's items over right before its next request, whose step
-        stores them: one store write per step. A batch after which no request follows (the
-        final answer; a call waiting for approval) is stored at once, taking no steer.
+        In a steered run (``run_config=steering(session)``) a batch that a request follows
+        waits for that request's step instead, which stores it with its take: one store
+        write per step. A call without its output waits for its output (a provider refuses
+        it alone). In a run without that config, a waiting steer is refused (the module).
         """
-        if wrapper is not None and self._run is not None and wrapper is not self._run:
-            # another run called get_items since: this run's bookkeeping is gone
-            raise UsageError(
-                "a SteerableSession serves one run at a time, and another run started on it;"
-                " give each concurrent run its own session id and SteerableSession"
-            )
-        if self._steps is None:
-            await self._load()
-        for item in items:
-            as_dict(item)  # not an item: refused now, not at the save it would come to
-            if self._given == len(self._view):
-                self._view.append(copy.deepcopy(item))
-            self._given += 1
-        if self._ends_run(items):
-            await self.flush()
+        async with self._serial:
+            if wrapper is not None and self._run is not None and wrapper is not self._run:
+                # another run called get_items since: this run's bookkeeping is gone
+                raise UsageError(
+                    "a SteerableSession serves one run at a time, and another run started on"
+                    " it; give each concurrent run its own session id and SteerableSession"
+                )
+            for item in items:
+                checked(item)  # not an item: refused now, with nothing stored
+            self._read = False
+            if self._steps is None:
+                await self._load()
+            input_batch = self._given == self._loaded
+            for item in items:
+                if self._given == len(self._view):
+                    self._view.append(copy.deepcopy(item))
+                self._given += 1
+            in_run = wrapper is not None and wrapper is self._run
+            if in_run and self._wired:
+                if self._ends_run(items):
+                    await self._flush()
+                    if not input_batch:  # (a streamed run hands its input over after a step)
+                        self._wired = False  # the run is over: the config alone is refused
+                return
+            await self._append()
+            # where a steered run would take a steer: its input, a turn's outputs (but not a
+            # resumed run's first batch, the outputs of its approved calls: its steps claim it)
+            if in_run and self.steers and not self._stepped and _followed(items) != input_batch:
+                await self._refuse_waiting_steers()
 
     def _ends_run(self, items: Sequence[Any]) -> bool:
         """Whether no request of this run follows ``items``, as far as the items tell: a
@@ -157,17 +231,48 @@ class SteerableSession:
         its last items to :meth:`flush`."""
         if not items or not self._stepped:
             return False
-        return not str(as_dict(items[-1]).get("type")).endswith("_output")
+        return not _followed(items)
+
+    async def _append(self) -> None:
+        """Store what was handed over and is not stored yet, after whatever is stored: a
+        writer that got ahead (another object, process or thread) is read, then followed."""
+        for _ in range(_APPEND_TRIES):
+            try:
+                await self._flush()
+                return
+            except TranscriptConflict:
+                pending = self._view[self._stored :]
+                ahead = len(self._view) - self._given  # what a step saw beyond the hand-over
+                messages = await self.session.messages()
+                self._steps = Steps(self.session, messages, steers=self.steers)
+                self._view = [item for m in messages for item in to_items(m)] + pending
+                self._stored = len(self._view) - len(pending)
+                self._given = len(self._view) - ahead
+        await self._flush()  # still behind after every try: the conflict goes to the caller
+
+    async def _refuse_waiting_steers(self) -> None:
+        waiting = await self.session.steers()
+        if waiting:
+            raise UsageError(
+                f"session {self.session_id!r} has {len(waiting)} steer(s) waiting, and this run"
+                " takes none: its run_config is not steering(session). What the run handed over"
+                " is stored and the steers wait; carry the run on with Runner.run(agent, [],"
+                " session=session, run_config=steering(session))"
+            )
 
     async def flush(self) -> None:
         """Store what the run handed over that no step stored yet, taking no steer.
 
         A call without its output is kept back (a provider refuses it), until its output
         comes in the same object's next run (a resumed approval). The service's agent calls
-        this as each turn ends; a standalone run that ended by an error, by max turns or
-        with a tool's output as its final output should call it too (the next run on this
-        object does, first).
+        this as each turn ends; a steered standalone run that ended by an error, by max turns
+        or with a tool's output as its final output should call it too (the next run on
+        this object does, first).
         """
+        async with self._serial:
+            await self._flush()
+
+    async def _flush(self) -> None:
         if self._steps is None:
             return
         end = self._stored + answered(self._view[self._stored :])
@@ -177,12 +282,38 @@ class SteerableSession:
     async def pop_item(
         self, *, wrapper: RunContextWrapper[Any] | None = None
     ) -> TResponseInputItem | None:
-        """Refused: a steerable store is append-only (a transcript is never rewritten)."""
-        raise UsageError("a steerable store is append-only: pop_item cannot remove an item")
+        """Remove the latest stored item and return it (None when there is none).
+
+        The cut is checked against the transcript read just before it: a writer that got
+        in between makes it a :class:`~steerable.errors.TranscriptConflict`, nothing cut.
+        Refused with :class:`~steerable.errors.SessionBusy` while a turn of the service
+        runs on the session; the store must be :class:`~steerable.store.Rewritable`.
+        """
+        async with self._serial:
+            await self._flush()  # what waits for a step is stored first: the cut is of it all
+            messages = await self.session.messages()
+            self._forget()
+            if not messages:
+                return None
+            at = len(messages) - 1
+            items = to_items(messages[at])
+            await self.session.truncate(at, length=len(messages))
+            if len(items) > 1:  # one message holds a response's calls (or their outputs)
+                before = [item for m in messages[:at] for item in to_items(m)]
+                rest = to_messages(items[:-1], call_names(before))
+                await self.session.save([*messages[:at], *rest])
+            return items[-1]
 
     async def clear_session(self, *, wrapper: RunContextWrapper[Any] | None = None) -> None:
-        """Refused: a steerable store is append-only; start a new session id instead."""
-        raise UsageError("a steerable store is append-only: use a new session id to start over")
+        """Forget the session: its transcript, its waiting steers and its service records.
+
+        Refused with :class:`~steerable.errors.SessionBusy` while a turn of the service runs
+        on the session; the store must be :class:`~steerable.store.Rewritable`.
+        """
+        async with self._serial:
+            await self.session.delete()
+            self._forget()
+            self._history = None
 
     async def _store(self, steps: Steps, end: int, *, take: bool) -> list[Message]:
         """Store the view's items up to ``end`` (and take the steers, if ``take``)."""
@@ -195,6 +326,25 @@ class SteerableSession:
         self._stored = end
         return taken
 
+    def _claim(self) -> None:
+        """The current run's config is steering(self): called as the run reads its history."""
+        if not self._read:
+            raise UsageError(
+                "steering(session) is in a run whose session= is another object: pass"
+                " session=<the same SteerableSession> with run_config=steering(session)"
+            )
+        self._read = False
+        self._wired = True
+
+    def _cut_orphans(self, history: list[TResponseInputItem]) -> list[TResponseInputItem]:
+        """``history`` (the run's read) without the outputs a limited read cut from their
+        calls, as the SDK does itself when no callback is set."""
+        if self._first == 0:
+            return history
+        cut = orphan_outputs(history)
+        self._first += cut
+        return history[cut:]
+
     def _extends_view(self, items: Sequence[object]) -> bool:
         """Whether a request's ``items`` start with this run's items (else: a nested run)."""
         view = self._view[self._first :]
@@ -202,21 +352,30 @@ class SteerableSession:
 
     async def step(self, data: CallModelData[Any]) -> ModelInputData:
         """The run's step: store what the request adds, take steers, splice them all in."""
-        steps = self._steps
-        if steps is None:  # no run read this session: its items are not the run's
-            raise UsageError(
-                "steering(session) steers a run that keeps its items in that session:"
-                " pass session=<the same SteerableSession> to Runner.run"
+        async with self._serial:
+            steps = self._steps
+            model_data = data.model_data
+            items = list(model_data.input)
+            if steps is None or not (self._extends_view(items) or self._wired):
+                # no run read this session, or a run of other items that it does not steer
+                raise UsageError(
+                    "steering(session) steers a run that keeps its items in that session:"
+                    " pass session=<the same SteerableSession> to Runner.run"
+                )
+            if not self._extends_view(items):  # a nested run's request, or a rewritten history
+                return model_data
+            self._wired = True  # a resumed run (RunState) reads its history without the callback
+            first = self._first
+            self._view.extend(copy.deepcopy(items[len(self._view) - first :]))
+            self._stepped = True
+            for message in await self._store(steps, len(self._view), take=True):
+                self._steered.append((len(self._view), {"role": "user", "content": message.text}))
+            return ModelInputData(
+                input=self._spliced(items, first), instructions=model_data.instructions
             )
-        model_data = data.model_data
-        items = list(model_data.input)
-        if not self._extends_view(items):
-            return model_data
-        first = self._first
-        self._view.extend(copy.deepcopy(items[len(self._view) - first :]))
-        self._stepped = True
-        for message in await self._store(steps, len(self._view), take=True):
-            self._steered.append((len(self._view), {"role": "user", "content": message.text}))
+
+    def _spliced(self, items: Sequence[TResponseInputItem], first: int) -> list[TResponseInputItem]:
+        """A request's ``items`` (the view's from ``first`` on) with this run's steers in."""
         spliced: list[TResponseInputItem] = []
         steered = iter(self._steered)
         following = next(steered, None)
@@ -226,25 +385,46 @@ class SteerableSession:
                 following = next(steered, None)
             if item is not None:
                 spliced.append(item)
-        return ModelInputData(input=spliced, instructions=model_data.instructions)
+        return spliced
+
+
+def _followed(items: Sequence[Any]) -> bool:
+    """Whether a request follows a batch ending as ``items`` do: with a tool's output."""
+    return bool(items) and str(as_dict(items[-1]).get("type")).endswith("_output")
 
 
 def steering(session: SteerableSession, run_config: RunConfig | None = None) -> RunConfig:
     """``run_config`` (or a default one) whose requests take ``session``'s steers.
 
-    Run with ``Runner.run(agent, input, run_config=..., session=session)``. The config's own
-    ``call_model_input_filter`` still runs, after the step, on the input with the steers.
+    Run with ``Runner.run(agent, input, session=session, run_config=...)``: the config
+    without ``session=`` is refused at the run's first request, and with another session
+    object as the run starts. The config's own ``call_model_input_filter`` still runs, after
+    the step, on the input with the steers; its ``session_input_callback`` runs as ever.
     """
     if not isinstance(session, SteerableSession):
         raise UsageError(f"steering takes a SteerableSession, not {type(session).__name__}")
     base = run_config if run_config is not None else RunConfig()
-    own: CallModelInputFilter | None = base.call_model_input_filter
+    own_filter: CallModelInputFilter | None = base.call_model_input_filter
+    own_callback = base.session_input_callback
 
     async def call_model_input_filter(data: CallModelData[Any]) -> ModelInputData:
         model_data = await session.step(data)
-        if own is None:
+        if own_filter is None:
             return model_data
-        result = own(dataclasses.replace(data, model_data=model_data))
+        result = own_filter(dataclasses.replace(data, model_data=model_data))
         return await result if inspect.isawaitable(result) else result
 
-    return dataclasses.replace(base, call_model_input_filter=call_model_input_filter)
+    def session_input_callback(
+        history: list[TResponseInputItem], new_items: list[TResponseInputItem]
+    ) -> Any:
+        # the SDK calls this right after the run's get_items, before its first add_items
+        session._claim()
+        if own_callback is not None:
+            return own_callback(history, new_items)
+        return session._cut_orphans(history) + new_items
+
+    return dataclasses.replace(
+        base,
+        call_model_input_filter=call_model_input_filter,
+        session_input_callback=session_input_callback,
+    )

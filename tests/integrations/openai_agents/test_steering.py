@@ -246,19 +246,6 @@ async def test_after_a_handoff_that_drops_stored_items_no_steer_is_taken() -> No
     assert user_texts(stored) == ["hi", "steer during first"]
 
 
-async def test_pop_and_clear_are_refused_on_an_append_only_store() -> None:
-    session = SteerableSession(open_session("s", MemoryStore()))
-    await session.add_items([{"role": "user", "content": "hi"}])
-    with pytest.raises(UsageError, match="append-only"):
-        await session.pop_item()
-    with pytest.raises(UsageError, match="append-only"):
-        await session.clear_session()
-    assert await session.get_items() == [{"role": "user", "content": "hi"}]
-    assert await session.get_items(limit=0) == []
-    with pytest.raises(UsageError, match="not an input item"):
-        await session.add_items([42])  # type: ignore[list-item]
-
-
 def test_misuse_is_a_usage_error() -> None:
     with pytest.raises(UsageError):
         SteerableSession("s")  # type: ignore[arg-type]
