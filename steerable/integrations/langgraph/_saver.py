@@ -100,7 +100,8 @@ class SteerableSaver(BaseCheckpointSaver[str]):
     def __repr__(self) -> str:
         return f"SteerableSaver({self.store!r}, prefix={self.prefix!r})"
 
-    def _here(self) -> Threads:
+    @property
+    def _threads(self) -> Threads:
         """The running loop's :class:`Threads`; that loop is now the sync methods' home."""
         loop = asyncio.get_running_loop()
         self._calls.used(loop)
@@ -115,7 +116,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its ``checkpoint_id``, else the latest)."""
         thread, ns, checkpoint_id = _address(config)
-        log = await self._here().read(thread)
+        log = await self._threads.read(thread)
         saved = log.find(ns, checkpoint_id)
         return None if saved is None else self._tuple(log, thread, ns, saved)
 
@@ -139,7 +140,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
         wanted_ns = configurable.get("checkpoint_ns")
         wanted_id = configurable.get("checkpoint_id")
         bound = before["configurable"].get("checkpoint_id") if before else None
-        here = self._here()
+        here = self._threads
         threads = await self._threads_to_list(here) if config is None else [_thread(config)]
         found: list[tuple[str, str, str, Saved, ThreadLog]] = []
         for thread in threads:
@@ -209,7 +210,7 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                     lists.append((ns, channel, key, list(value)))
             return [record({**head, "values": entries}, text)], lists
 
-        await self._here().write(thread, build)
+        await self._threads.write(thread, build)
         return {
             "configurable": {
                 "thread_id": thread,
@@ -241,13 +242,13 @@ class SteerableSaver(BaseCheckpointSaver[str]):
             ],
         }
         message = record(body, f"{len(writes)} writes of task {task_id} at {checkpoint_id}")
-        await self._here().write(thread, lambda log: ([message], []))
+        await self._threads.write(thread, lambda log: ([message], []))
 
     async def adelete_thread(self, thread_id: str) -> None:
         """Forget the thread: a record after which its log reads as empty (no space freed)."""
         thread = _check_thread(thread_id)
         deleted = record({"kind": "deleted"}, "thread deleted")
-        await self._here().write(thread, lambda log: ([] if log.empty() else [deleted], []))
+        await self._threads.write(thread, lambda log: ([] if log.empty() else [deleted], []))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's latest checkpoint; ``delete``: forget all."""
@@ -266,13 +267,13 @@ class SteerableSaver(BaseCheckpointSaver[str]):
                 ]
                 return [record(b, f"pruned ns {b['ns']!r}") for b in bodies], []
 
-            await self._here().write(_check_thread(thread_id), build)
+            await self._threads.write(_check_thread(thread_id), build)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append the source thread's live checkpoints and writes to the target, in one save."""
-        source = await self._here().read(_check_thread(source_thread_id))
+        source = await self._threads.read(_check_thread(source_thread_id))
         copies = source.replay(self.serde)
-        await self._here().write(_check_thread(target_thread_id), lambda log: (list(copies), []))
+        await self._threads.write(_check_thread(target_thread_id), lambda log: (list(copies), []))
 
     # -- the sync interface: the async one, run on a loop (:mod:`._saver_sync`) --------
 
