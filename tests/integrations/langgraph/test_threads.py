@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 
 from steerable.errors import UsageError
-from steerable.integrations.langgraph import SteeringMiddleware, from_stored
+from steerable.integrations.langgraph import SteerableSaver, SteeringMiddleware, from_stored
 from steerable.session import Session
 from steerable.store import Store
 from tests.integrations.langgraph.chat import ScriptedChat, valid
@@ -155,3 +155,34 @@ async def test_a_run_without_a_thread_id_is_refused_and_stores_nothing(any_store
 def test_a_middleware_over_something_else_is_a_usage_error_naming_both_ways() -> None:
     with pytest.raises(UsageError, match=r"Store .*thread_id.* or a Session"):
         SteeringMiddleware("alice")  # type: ignore[arg-type]
+
+
+async def test_the_usual_lines_two_turns_on_a_thread_with_the_saver_and_a_steer_in_place(
+    any_store: Store,
+) -> None:
+    # what docs/integrations.md opens the LangGraph section with
+    steered: list[str] = []
+
+    async def steer_once() -> None:
+        if not steered:
+            steered.append("k")
+            await Session("day-1", any_store).steer("and book lunch", id="k")
+
+    agent = create_agent(
+        ScriptedChat(rounds=1),
+        [work_tool(steer_once)],
+        middleware=[SteeringMiddleware(any_store)],
+        checkpointer=SteerableSaver(any_store),
+    )
+    config = _on("day-1")
+    first = await agent.ainvoke(_prompt("Plan my day"), config)
+    second = await agent.ainvoke(_prompt("And tomorrow?"), config)  # the checkpoint's history
+    again = await agent.ainvoke(None, config)  # the retry: a finished thread stays as it is
+    stored = await Session("day-1", any_store).messages()
+    assert first["messages"][-1].text == "answered: Plan my day | and book lunch"
+    assert second["messages"][-1].text == "answered: And tomorrow?"
+    assert ids(again["messages"]) == ids(second["messages"]) == [m.id for m in stored]
+    assert shape(stored) == [
+        *("user:Plan my day", "ai", "tool", "steer:and book lunch", "ai"),
+        *("user:And tomorrow?", "ai", "tool", "ai"),
+    ]
