@@ -5,6 +5,8 @@
 - :class:`SteeringPlugin`: takes the session's steers before each model call of a run whose
   root is an ``LlmAgent``, puts them after the tool results and keeps them there.
 - :class:`ADKAgent`: an ADK agent as an agent of :mod:`steerable.service`.
+- :class:`StaleSession`, :class:`SessionNotFound`, :class:`NoUserState`: the service's errors,
+  each steerable's and ADK's own at once (see :mod:`._errors`).
 
 ``docs/integrations.md`` says where ADK has no step to take a steer at.
 """
@@ -19,7 +21,15 @@ except ImportError as exc:
     raise missing_extra("steerable.integrations.adk", "adk", "google-adk", exc) from None
 
 from steerable.integrations.adk._agent import ADKAgent
+from steerable.integrations.adk._errors import NoUserState, SessionNotFound, StaleSession
 from steerable.integrations.adk._plugin import SteeringPlugin
 from steerable.integrations.adk._sessions import SteerableSessionService
 
-__all__ = ["ADKAgent", "SteerableSessionService", "SteeringPlugin"]
+__all__ = [
+    "ADKAgent",
+    "NoUserState",
+    "SessionNotFound",
+    "StaleSession",
+    "SteerableSessionService",
+    "SteeringPlugin",
+]
