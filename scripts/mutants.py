@@ -577,33 +577,52 @@ MUTANTS += [
 ]
 
 _LG = "steerable/integrations/langgraph/_middleware.py"
+_LG_CATCH_UP = "steerable/integrations/langgraph/_catch_up.py"
 _LG_MIDDLEWARE = "tests/integrations/langgraph/test_middleware.py"
 _SAVER = "steerable/integrations/langgraph/_saver.py"
 MUTANTS += [
     _m(
         "langgraph-a-steer-taken-at-the-end-of-a-run",
         _LG,
-        "        await steps.save(new)",
-        "        await steps.step(new)",
+        "        await steps.save(_new(",
+        "        await steps.step(_new(",
         f"{_LG_MIDDLEWARE}::test_a_steer_during_the_final_answer_waits_for_the_next_run",
     ),
     _m(
         # the steer given back to the graph is not known as stored: the next step stores it
         "langgraph-a-taken-steer-stored-again",
         _LG,
-        "self._ids.update(m.id for m in [*new, *taken])",
-        "self._ids.update(m.id for m in new)",
+        "run.ids.update(m.id for m in [*new, *taken])",
+        "run.ids.update(m.id for m in new)",
         f"{_LG_MIDDLEWARE}::test_a_steer_from_another_process_during_a_tool_call_joins_the_next"
         "_request_in_place",
     ),
     _m(
         # after a lost checkpoint the step the graph ran again stays beside the stored one
         "langgraph-a-step-run-again-kept-beside-the-stored-one",
-        _LG,
+        _LG_CATCH_UP,
         "dropped = [m.id for m in messages[anchor + 1 :] if m.id is not None]",
         "dropped: list[str] = []",
         f"{_LG_MIDDLEWARE}::test_a_step_the_graph_ran_again_after_a_lost_checkpoint_is_replaced"
         "_by_the_stored_one",
+    ),
+    Mutant(
+        # one run state for the middleware, not one per session: a run on another thread
+        # takes it over
+        "langgraph-one-run-per-middleware-not-per-session",
+        _LG,
+        "self._runs[session.id] = run",
+        'self._runs[""] = run',
+        ("tests/integrations/langgraph/test_threads.py",),
+        more=(("run = self._runs.get(session.id)", 'run = self._runs.get("")'),),
+    ),
+    _m(
+        # no checkpointer, a prompt without an id: the retry appended as a new turn
+        "langgraph-a-retry-without-a-checkpointer-appended",
+        _LG_CATCH_UP,
+        "        return _retried(stored, messages)",
+        "        return [], []",
+        "tests/integrations/langgraph/test_retry.py",
     ),
     _m(
         "saver-stores-the-whole-list-not-the-delta",
