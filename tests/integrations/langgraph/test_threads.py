@@ -15,9 +15,10 @@ from langchain.agents import create_agent
 from langchain.agents.middleware.types import InputAgentState
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import StructuredTool
 from langgraph.config import get_config
 
-from steerable.errors import UsageError
+from steerable.errors import TranscriptConflict, UsageError
 from steerable.integrations.langgraph import SteerableSaver, SteeringMiddleware, from_stored
 from steerable.session import Session
 from steerable.store import Store
@@ -186,3 +187,31 @@ async def test_the_usual_lines_two_turns_on_a_thread_with_the_saver_and_a_steer_
         *("user:Plan my day", "ai", "tool", "steer:and book lunch", "ai"),
         *("user:And tomorrow?", "ai", "tool", "ai"),
     ]
+
+
+@pytest.mark.parametrize("own_thread", [False, True], ids=["parent-s-thread", "own-thread"])
+async def test_an_agent_run_inside_a_tool_needs_a_thread_of_its_own(
+    any_store: Store, own_thread: bool
+) -> None:
+    # LangChain hands a tool's runs the parent's config, thread_id included
+    inner = create_agent(ScriptedChat(rounds=0), [], middleware=[SteeringMiddleware(any_store)])
+
+    async def ask_inner() -> str:
+        config = _on("day-1/inner") if own_thread else None
+        state = await inner.ainvoke(_prompt("inner"), config)
+        return str(state["messages"][-1].text)
+
+    tool = StructuredTool.from_function(coroutine=ask_inner, name="work", description="Ask.")
+    outer = create_agent(ScriptedChat(rounds=1), [tool], middleware=[SteeringMiddleware(any_store)])
+    if not own_thread:
+        with pytest.raises(TranscriptConflict, match="'day-1'"):
+            await outer.ainvoke(_prompt("outer"), _on("day-1"))
+        assert shape(await Session("day-1", any_store).messages()) == [
+            "user:outer",
+            "user:inner",
+            "ai",
+        ]
+        return
+    await outer.ainvoke(_prompt("outer"), _on("day-1"))
+    assert shape(await Session("day-1", any_store).messages()) == ["user:outer", "ai", "tool", "ai"]
+    assert shape(await Session("day-1/inner", any_store).messages()) == ["user:inner", "ai"]
