@@ -29,6 +29,9 @@ from steerable.stores.url import open_url
 WORKER = Path(__file__).with_name("rewrite_worker.py")
 ROOT = Path(__file__).parents[2]
 KILLS = 6
+# how long after a report the kill may land, per store: about one op (a MongoDB delete is
+# some 20 ms of commands), so that kills fall inside an op's writes and not only after them
+_SPAN = {"sqlite": 0.003, "mongodb": 0.03}
 
 # what a session holds after op K of the worker's OPS (None: before any op): messages
 # stored, the steers waiting, whether input "p" is known, whether it has any event
@@ -43,11 +46,17 @@ _AFTER: dict[int | None, tuple[int, tuple[str, ...], bool, bool]] = {
 }
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "mongodb"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """The URL of a fresh database of each store."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'rewrite.db'}"
+    elif request.param == "mongodb":
+        request.getfixturevalue("mongo_server")
+        from tests.stores.mongodb._server import scratch_url  # pymongo: only for this store
+
+        async with scratch_url() as url:
+            yield url
 
 
 async def _state(store: Any, sid: str) -> tuple[int, tuple[str, ...], bool, bool]:
@@ -76,7 +85,7 @@ async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int
             assert line, "the worker ended before it was killed"
             _, i, op = line.decode().split()
             done[int(i)] = int(op)
-        await asyncio.sleep(rng.uniform(0, 0.003))
+        await asyncio.sleep(rng.uniform(0, _SPAN.get(url.split(":")[0], 0.003)))
     finally:
         worker.send_signal(signal.SIGKILL)
         rest, _ = await worker.communicate()

@@ -29,7 +29,9 @@ The same store is the service's (:class:`steerable.service_store.ServiceStore`, 
 hints over a change stream): its collections come with step 3, and its writes are
 multi-document transactions, so the service needs a replica set (one node will do), where
 the transcript's verbs below run on a standalone ``mongod`` too. How it keeps leases,
-inputs, turns and events: :mod:`steerable.stores.mongodb._service`.
+inputs, turns and events: :mod:`steerable.stores.mongodb._service`. The
+:class:`~steerable.store.Rewritable` verbs (``truncate``, ``delete``) are transactions too,
+which check the service's running turn: :mod:`steerable.stores.mongodb._rewrite`.
 
 Documents
 ---------
@@ -40,7 +42,7 @@ Documents
     {s: session, n: messages stored, base: messages kept in chunks, tail: [entries at
      base..n-1], tb: bytes of tail, mv: tail entries a flush is moving (0 when none),
      k: [the ids the last write brought], box: [waiting steers, oldest first],
-     took: [the steers the last take moved]}
+     took: [the steers the last take moved], seen: [ids of taken steers a cut removed]}
 
 - one *id list* per chunk, ``_id {s: session, p: first position}``:
   ``{s: session, k: [the chunk's message ids], e: end}``.
@@ -128,7 +130,7 @@ Trade-offs
   steers live in the head; steers are messages people type, not bulk data. A head that
   would pass 16 MiB is a :class:`~steerable.errors.StoreError`.
 - A steer sent twice with one id is one steer, also after it was taken: its id is then a
-  message id, in the tail or an id list.
+  message id, in the tail or an id list (or, once a cut removed it, in the head's ``seen``).
 - A lost connection mid-save raises :class:`~steerable.errors.StoreUnavailable`; the save
   may have been stored. Load the transcript to learn which; a retry at the same position
   is a TranscriptConflict if it was.

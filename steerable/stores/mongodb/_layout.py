@@ -161,8 +161,10 @@ def append_pipeline(
 
 
 def steer_filter(session: str, steer_id: str) -> dict[str, Any]:
-    """A head that neither waits on ``steer_id`` nor holds it in its tail (chunks: the index)."""
-    return {"_id": session, "box.i": {"$ne": steer_id}, "tail.i": {"$ne": steer_id}}
+    """A head that neither waits on ``steer_id`` nor holds it in its tail (chunks: the index),
+    nor in ``seen`` (the taken steers a cut removed from the transcript)."""
+    unseen = {"$ne": steer_id}
+    return {"_id": session, "box.i": unseen, "tail.i": unseen, "seen": unseen}
 
 
 def steer_update(session: str, entry: Entry) -> dict[str, Any]:

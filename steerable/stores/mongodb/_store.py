@@ -27,16 +27,18 @@ from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Entry, Staged
 from steerable.stores.mongodb._migrate import APPLY, MIGRATIONS, schema_version
-from steerable.stores.mongodb._service import MongoServiceTables
+from steerable.stores.mongodb._rewrite import MongoRewritable
 
 _RACE_RETRIES = 5
 
 
-class MongoStore(MongoServiceTables):
-    """A :class:`steerable.Store` and a service store in a MongoDB database.
+class MongoStore(MongoRewritable):
+    """A :class:`steerable.Store` (and :class:`~steerable.store.Rewritable`) and a service
+    store in a MongoDB database.
 
-    See the package docstring for the transcript's documents and
-    :mod:`steerable.stores.mongodb._service` for the service's (which need a replica set).
+    See the package docstring for the transcript's documents,
+    :mod:`steerable.stores.mongodb._service` for the service's (which need a replica set) and
+    :mod:`steerable.stores.mongodb._rewrite` for truncate and delete (a replica set too).
 
     ``db`` is a database of the application's ``pymongo.AsyncMongoClient``: its pool,
     timeouts and write concern are the application's choice. Keep the default primary read

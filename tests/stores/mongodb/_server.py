@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pymongo import AsyncMongoClient, MongoClient
 from pymongo.errors import PyMongoError
@@ -128,3 +129,19 @@ async def scratch_database() -> AsyncIterator[Any]:
         await client.drop_database(database.name)
     finally:
         await client.close()
+
+
+@asynccontextmanager
+async def scratch_url() -> AsyncIterator[str]:
+    """The store URL (``steerable.stores.url``) of a fresh migrated database, dropped after.
+
+    For processes the test kills: before the drop, every session's open transaction is
+    aborted (``killAllSessions``). A killed client's transaction would otherwise hold its
+    documents for 60 s (mongod's ``transactionLifetimeLimitSeconds``; SecantusDB's too)
+    and the drop would wait for it.
+    """
+    async with scratch_database() as database:
+        await migrate(database)
+        address = urlsplit(os.environ[URI_VARIABLE])
+        yield urlunsplit(("mongodb", address.netloc, f"/{database.name}", address.query, ""))
+        await database.client.admin.command("killAllSessions", [])

@@ -81,7 +81,9 @@ class _HeadHeld:
 # pymongo 4.20's AsyncMongoClient leaves the socket of a refused connection to the garbage
 # collector (PYTHON-5867); the outage hook collects it itself, so no later test trips on it.
 @pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning")
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "outage", "lockable")
+@pytest.mark.store_abilities(
+    "persistent", "processes", "corruptible", "outage", "lockable", "rewritable"
+)
 class TestMongoStore(StoreContract):
     lifespan = _database
 

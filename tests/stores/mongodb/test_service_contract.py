@@ -34,7 +34,9 @@ pytestmark = pytest.mark.usefixtures("mongo_server")
 
 
 @pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning")
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "outage", "lockable")
+@pytest.mark.store_abilities(
+    "persistent", "processes", "corruptible", "outage", "lockable", "rewritable"
+)
 class TestMongoServiceStore(ServiceContract):
     lifespan = _database
 
