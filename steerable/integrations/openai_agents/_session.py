@@ -364,7 +364,6 @@ class SteerableSession:
                 )
             if not self._extends_view(items):  # a nested run's request, or a rewritten history
                 return model_data
-            self._wired = True  # a resumed run (RunState) reads its history without the callback
             first = self._first
             self._view.extend(copy.deepcopy(items[len(self._view) - first :]))
             self._stepped = True

@@ -111,6 +111,26 @@ async def test_a_history_cut_to_its_latest_items_still_takes_steers_in_place() -
     assert await _stored(base) == ["user:first", *asked[-1], "message"]
 
 
+async def test_a_cut_that_parts_a_call_from_its_output_drops_the_output_as_the_sdk_does() -> None:
+    """The SDK drops such an output itself only when no session_input_callback is set, and
+    steering sets one: the session drops it, and the request still takes the steer."""
+    base = open_session("s", MemoryStore())
+    session = SteerableSession(base)
+    call = function_call("look", {"q": "x"}, call_id="c1").model_dump(exclude_unset=True)
+    output = {"type": "function_call_output", "call_id": "c1", "output": "sunny"}
+    answer = assistant_message("It is sunny.").model_dump(exclude_unset=True)
+    history: list[Any] = [{"role": "user", "content": "weather?"}, call, output, answer]
+    await session.add_items(history)
+    await base.steer("and the wind?", id="k")
+    model = ScriptedModel([[assistant_message("windy")]])
+    limited = RunConfig(session_settings=SessionSettings(limit=2))  # the output and the answer
+    agent = Agent(name="a", model=model)
+    await Runner.run(agent, "tomorrow?", session=session, run_config=steering(session, limited))
+    asked = list(model.calls[0].input)
+    assert kinds(asked) == ["message", "user:tomorrow?", "user:and the wind?"]
+    assert item_problems(asked) == []
+
+
 async def test_two_runs_at_once_on_one_session_object_the_earlier_fails_clearly() -> None:
     base = open_session("s", MemoryStore())
     inside, release = asyncio.Event(), asyncio.Event()
