@@ -35,10 +35,11 @@ def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 async def main() -> None:
     """Run the agent while a steer arrives during its tool call."""
     path = Path(tempfile.mkdtemp()) / "example.db"
-    agent = Agent(FunctionModel(model))
 
     async with SQLiteStore(path) as store:
-        session = Session("trip", store)
+        # one Steering for the agent: each run is stored (and steered) on the session its
+        # conversation_id names, starting from what is stored there
+        agent = Agent(FunctionModel(model), capabilities=[Steering(store)])
 
         @agent.tool_plain
         async def weather(city: str) -> str:
@@ -47,13 +48,12 @@ async def main() -> None:
                 await Session("trip", elsewhere).steer("Actually, Rome, not Paris.")
             return f"{city}: sunny"
 
-        steering = await Steering.load(session)
-        result = await agent.run(
-            "Weather for my trip?", message_history=steering.history, capabilities=[steering]
-        )
+        result = await agent.run("Weather for my trip?", conversation_id="trip")
+        # after a crash, the same call with no prompt goes on from the last stored step:
+        # await agent.run(None, conversation_id="trip")
         print("answer:", result.output)
         print("stored:")
-        for message in await session.messages():
+        for message in await Session("trip", store).messages():
             kind = "steer" if message.steered else message.role
             native = message.parts[-1]  # Pydantic AI's own record, and what a person reads of it
             print(f"  {kind:9} {message.text or getattr(native, 'text', '')}")
