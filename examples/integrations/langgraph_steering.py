@@ -23,10 +23,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
 
 from steerable import Native, Session
-from steerable.integrations.langgraph import SteeringMiddleware
+from steerable.integrations.langgraph import SteerableSaver, SteeringMiddleware
 from steerable.stores.sqlite import SQLiteStore
 
 
@@ -59,7 +58,6 @@ class ScriptedModel(BaseChatModel):
 async def main(path: Path) -> None:
     """Run the agent over ``path``; steer it during its first tool call."""
     async with SQLiteStore(path) as store:
-        session = Session("trip", store)
         someone_else = Session("trip", store)  # another program would open the same file
 
         @tool
@@ -69,18 +67,20 @@ async def main(path: Path) -> None:
                 await someone_else.steer("Rome instead, please", id="rome")
             return {"Paris": "rainy, 14°C", "Rome": "sunny, 24°C"}[city] + f" ({city})"
 
+        # one graph for every session: a run's session is its thread_id
         agent = create_agent(
             ScriptedModel(),
             [weather],
-            middleware=[SteeringMiddleware(session)],
-            checkpointer=InMemorySaver(),
+            middleware=[SteeringMiddleware(store)],
+            checkpointer=SteerableSaver(store),
         )
         config: Any = {"configurable": {"thread_id": "trip"}}
         prompt = HumanMessage("What's the weather in Paris?", id="ask")
         state = await agent.ainvoke({"messages": [prompt]}, config)
+        # after a crash, resume the thread: await agent.ainvoke(None, config)
         print("answer:", state["messages"][-1].text)
         print("stored transcript:")
-        for message in await session.messages():
+        for message in await Session("trip", store).messages():
             native = any(isinstance(p, Native) for p in message.parts)
             kind = "langgraph record" if native else ("steer" if message.steered else "user")
             text = message.text or next(p.text for p in message.parts if isinstance(p, Native))
