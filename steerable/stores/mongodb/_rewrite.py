@@ -6,9 +6,11 @@ deletes, goes up by one): that is the lock every service write takes, so a concu
 claim, step or enqueue conflicts with it and one of the two runs again on a fresh snapshot
 (:meth:`MongoServiceTables._transaction`). In that snapshot a running turn (``run``) refuses
 the verb with :class:`~steerable.errors.SessionBusy` and nothing is written. A session that
-has no service document gets one first (outside, as an enqueue does): a claim could
-otherwise start a turn that the cut never saw. A session with no head and no service
-document has nothing to cut or forget, and is answered without a write.
+has no service document gets one first (outside, as an enqueue does: a claim could
+otherwise start a turn that the cut never saw), which the transaction removes again if
+the service never used it (no claim, no event): a cut of a session the service never saw
+leaves no document of it. A session with no head and no service document has nothing to
+cut or forget, and is answered without a write.
 
 A cut writes the head (a save, which writes it too, then conflicts with it, or waits for it
 and finds a length it did not expect), and:
@@ -119,7 +121,7 @@ class MongoRewritable(MongoServiceTables):
             service: Doc | None = await self._service.find_one_and_update(
                 {"_id": session},
                 {"$inc": {"rw": 1}},
-                projection={"run": 1},
+                projection={"run": 1, "ep": 1, "ev": 1},
                 return_document=ReturnDocument.AFTER,
                 session=s,
             )
@@ -127,7 +129,10 @@ class MongoRewritable(MongoServiceTables):
                 raise Missing
             if service["run"] is not None:
                 raise SessionBusy(session, service["run"], what)
-            return await body(s)
+            result = await body(s)
+            if service["ep"] == 0 and service["ev"] == 0:  # made only to be locked: no trace
+                await self._service.delete_one({"_id": session}, session=s)
+            return result
 
         for _ in range(_RETRIES):
             try:

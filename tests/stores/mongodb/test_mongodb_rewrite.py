@@ -165,12 +165,17 @@ async def test_a_delete_leaves_only_the_service_document(store: MongoStore) -> N
     assert await store.sessions(prefix=sid, after=None, limit=10) == []
 
 
-async def test_nothing_is_written_for_a_session_that_never_was(store: MongoStore) -> None:
+async def test_nothing_is_left_of_a_session_the_service_never_saw(store: MongoStore) -> None:
     sid = _sid()
     assert await store.truncate(sid, at=0, length=0) == []
     assert await store.delete(sid) is False
     counts = await _documents(store, sid)
     assert counts == dict.fromkeys(counts, 0)
+    await store.save(sid, [user("only a transcript")], at=0)
+    assert [m.text for m in await store.truncate(sid, at=0, length=1)] == ["only a transcript"]
+    assert (await _documents(store, sid))["service"] == 0  # locked, and not left behind
+    assert await store.delete(sid) is False
+    assert await _documents(store, sid) == dict.fromkeys(counts, 0)
 
 
 async def test_a_claim_waits_for_a_cut_under_way(store: MongoStore) -> None:
