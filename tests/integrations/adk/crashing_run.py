@@ -6,7 +6,8 @@ An ADK ``Runner`` over :class:`SteerableSessionService` (with :class:`SteeringPl
 the flag ``plain``; an App with ``ResumabilityConfig(is_resumable=True)`` with the flag
 ``resumable``) on the store STORE_URL names, session ``("app", "u", "s")``. The model
 (:class:`PlanningLlm`) calls ``fetch``, then ``book``, then answers; every request is
-appended to REQUESTS and every tool's start and end to RAN, one line each. MODE:
+appended to REQUESTS, and every tool's start and end to RAN, one line each, with the prompt
+ADK shows callbacks (``user_content``) at each model call. MODE:
 
 - ``first``: creates the session and runs the prompt ``"plan my week"``. ``fetch`` prints
   ``in-fetch`` and waits for a line on stdin (the test steers meanwhile, from its own
@@ -24,6 +25,7 @@ from collections.abc import AsyncGenerator
 from typing import Any, TypedDict
 
 from google.adk.agents import LlmAgent
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.apps import App, ResumabilityConfig
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
@@ -101,11 +103,19 @@ def runner(store: Store, requests: str, ran: str, *, first: bool, flags: tuple[s
         _note(ran, "book:end")
         return f"{slot}: booked"
 
+    def note_user_content(callback_context: CallbackContext, llm_request: LlmRequest) -> None:
+        started = callback_context.user_content
+        shown = texts_of([started.model_dump(mode="json", exclude_none=True)]) if started else []
+        _note(ran, "user_content:" + (shown[0] if shown else "-"))
+
     model = PlanningLlm(model="planning", record_to=requests, replica="first" if first else "retry")
     service = SteerableSessionService(store)
+    planner = LlmAgent(
+        name="planner", model=model, tools=[fetch, book], before_model_callback=note_user_content
+    )
     app = App(
         name="app",
-        root_agent=LlmAgent(name="planner", model=model, tools=[fetch, book]),
+        root_agent=planner,
         plugins=[] if "plain" in flags else [SteeringPlugin(service)],
         # given only when asked for: ADK warns that it is experimental
         resumability_config=ResumabilityConfig(is_resumable=True) if "resumable" in flags else None,

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[3]
 STEER = "skip friday"
 FINAL = f"answered: {PROMPT} | {STEER}"
 CARRIED_ON = [PROMPT, "call:fetch-1", "result:fetch-1", STEER, "call:book-1", "result:book-1"]
+SHOWN = "user_content:"
 RESUMABLE_WARNING = r"ignore:\[EXPERIMENTAL\] ResumabilityConfig:UserWarning"
 
 
@@ -64,6 +65,7 @@ class Story:
     first: list[list[str]]  # the killed run's requests, as words
     retried: list[list[str]]  # the retry's requests, as words
     ran: list[str]  # the tools' starts and ends
+    shown: list[str]  # at each model call, the prompt ADK showed callbacks ("-": none)
     final: str  # the retry's final text
 
 
@@ -127,6 +129,7 @@ async def _story(url: str, where: Path, final: str) -> Story:
     contents = [e.content.model_dump(mode="json", exclude_none=True) for e in events if e.content]
     said = [m for m in messages if m.role == "user"]
     requests = recorded(where / "requests.jsonl")
+    journal = (where / "ran.txt").read_text(encoding="utf-8").splitlines()
     return Story(
         words=texts_of(contents),
         contents=contents,
@@ -136,7 +139,8 @@ async def _story(url: str, where: Path, final: str) -> Story:
         waiting=len(waiting),
         first=[texts_of(c) for replica, c in requests if replica == "first"],
         retried=[texts_of(c) for replica, c in requests if replica == "retry"],
-        ran=(where / "ran.txt").read_text(encoding="utf-8").split(),
+        ran=[line for line in journal if not line.startswith(SHOWN)],
+        shown=[line.removeprefix(SHOWN) for line in journal if line.startswith(SHOWN)],
         final=final,
     )
 
@@ -182,6 +186,7 @@ async def test_a_broken_retry_fails_the_checks(tmp_path: Path) -> None:
     crashed.mkdir()
     await _kill_mid_book(f"sqlite:///{crashed / 'run.db'}", crashed)
     broken: dict[str, list[str]] = {}
+    shown: dict[str, list[str]] = {}
     for mode in ("resume", "wrong-id", "no-id", "prompt-again", "prompt-and-id"):
         where = tmp_path / mode
         shutil.copytree(crashed, where)  # the killed run's files (its -wal too), as it left them
@@ -190,6 +195,7 @@ async def test_a_broken_retry_fails_the_checks(tmp_path: Path) -> None:
             outcome = await retry(store, *_files(where), mode, ())
         story = await _story(url, where, outcome["final"])
         broken[mode] = _failures(story)
+        shown[mode] = story.shown[len(story.first) :]  # at the retry's model calls
     assert broken == {
         "resume": [],
         # the same requests and the same transcript, under another invocation
@@ -204,6 +210,14 @@ async def test_a_broken_retry_fails_the_checks(tmp_path: Path) -> None:
         ],
         # ADK ignores a new message when the invocation it names has its user message
         "prompt-and-id": [],
+    }
+    # the id names the prompt ADK shows callbacks; another id, or none, names nothing
+    assert shown == {
+        "resume": [PROMPT, PROMPT],
+        "wrong-id": ["-", "-"],
+        "no-id": ["-", "-"],
+        "prompt-again": [PROMPT, PROMPT],
+        "prompt-and-id": [PROMPT, PROMPT],
     }
 
 
