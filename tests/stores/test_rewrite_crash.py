@@ -31,7 +31,7 @@ ROOT = Path(__file__).parents[2]
 KILLS = 6
 # how long after a report the kill may land, per store: about one op (a MongoDB delete is
 # some 20 ms of commands), so that kills fall inside an op's writes and not only after them
-_SPAN = {"sqlite": 0.003, "mongodb": 0.03}
+_SPAN = {"sqlite": 0.003, "mongodb": 0.03, "postgresql": 0.006, "mysql": 0.006}
 
 # what a session holds after op K of the worker's OPS (None: before any op): messages
 # stored, the steers waiting, whether input "p" is known, whether it has any event
@@ -46,7 +46,7 @@ _AFTER: dict[int | None, tuple[int, tuple[str, ...], bool, bool]] = {
 }
 
 
-@pytest.fixture(params=["sqlite", "mongodb"])
+@pytest.fixture(params=["sqlite", "mongodb", "postgres", "mysql"])
 async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """The URL of a fresh database of each store."""
     if request.param == "sqlite":
@@ -56,6 +56,16 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         from tests.stores.mongodb._server import scratch_url  # pymongo: only for this store
 
         async with scratch_url() as url:
+            yield url
+    elif request.param == "postgres":
+        from tests.stores.postgres.support import fresh_database, url_of  # asyncpg: this store
+
+        async with fresh_database("steerable_rewrite_") as name:
+            yield url_of(name)
+    elif request.param == "mysql":
+        from tests.stores.mysql import server  # aiomysql: only for this store
+
+        async with server.migrated_url() as url:
             yield url
 
 

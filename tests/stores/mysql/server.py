@@ -14,10 +14,12 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import quote
 
 import aiomysql  # type: ignore[import-untyped]
+import pytest
 
-from steerable.stores.mysql import MySQLStore
+from steerable.stores.mysql import MySQLStore, migrate
 
 HOST = os.environ.get("STEERABLE_MYSQL_HOST", "127.0.0.1")
 PORT = int(os.environ.get("STEERABLE_MYSQL_PORT", "3306"))
@@ -84,6 +86,28 @@ async def scratch_database() -> AsyncIterator[Any]:
     try:
         async with pool_on(name) as pool:
             yield pool
+    finally:
+        await query(f"DROP DATABASE {name}", database=None)
+
+
+@asynccontextmanager
+async def migrated_url() -> AsyncIterator[str]:
+    """The store URL of a new database of its own, migrated, dropped at the end of the block.
+
+    Without a usable server the test is skipped, or fails when servers are required.
+    """
+    name = f"{DATABASE}_u{uuid.uuid4().hex[:8]}"
+    try:
+        await query(f"CREATE DATABASE {name} CHARACTER SET utf8mb4", database=None)
+    except (OSError, aiomysql.OperationalError) as exc:
+        reason = f"no MySQL/MariaDB server at {HOST}:{PORT}: {exc}"
+        if os.environ.get("STEERABLE_REQUIRE_SERVERS") == "1":
+            pytest.fail(f"{reason} (STEERABLE_REQUIRE_SERVERS=1)", pytrace=False)
+        pytest.skip(reason)
+    try:
+        async with pool_on(name) as pool:
+            await migrate(pool)
+        yield f"mysql://{quote(USER)}:{quote(PASSWORD)}@{HOST}:{PORT}/{name}"
     finally:
         await query(f"DROP DATABASE {name}", database=None)
 

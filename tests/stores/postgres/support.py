@@ -13,7 +13,7 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -98,3 +98,9 @@ async def until_lock_waits(pool: Any, count: int) -> None:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"{count} statements never waited on a lock")
+
+
+def url_of(database: str) -> str:
+    """The store URL (``steerable.stores.url``) of ``database`` on the test server."""
+    parts = urlsplit(DSN)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", "", ""))
