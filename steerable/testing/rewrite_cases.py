@@ -224,6 +224,7 @@ async def a_delete_forgets_inputs_turns_and_events_but_not_the_epoch(store: Both
     assert await store.input(sid, "q") is None
     assert await store.events(sid, after=0, limit=1000) == []
     assert await store.transcript(sid, after=-1, limit=100) == []
+    assert await store.sessions(prefix=sid, after=None, limit=10) == []
     assert await store.claim("b", seconds=LONG, cap=16, session=sid) is None
     with pytest.raises(Fenced):
         await store.step(claim.lease, [assistant("stale")], at=0, take=0)
