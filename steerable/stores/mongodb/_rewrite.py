@@ -15,9 +15,12 @@ cut or forget, and is answered without a write.
 A cut writes the head (a save, which writes it too, then conflicts with it, or waits for it
 and finds a length it did not expect), and:
 
-- cutting inside the head's tail drops the tail's end; if it reaches the entries a flush is
-  moving (``mv``), that flush is called off (``mv`` 0, and what it wrote at ``base`` is
-  removed) so it cannot commit a chunk of messages that are gone;
+- a cut that reaches the entries a flush is moving (``mv``) first finishes that flush (a
+  dead flusher's, or one under way: every flusher of a mark writes the same documents), then
+  runs again; only a flush that will not finish after a few tries is called off in the cut
+  (``mv`` 0, and what it wrote at ``base`` removed) so it cannot commit messages that are
+  gone;
+- cutting inside the head's tail drops the tail's end;
 - cutting inside the chunks shortens the chunk the cut falls in (and its id list) and
   removes every chunk and id list after it; ``base`` becomes the cut and the tail empty;
 - the removed messages' blobs go, and the ids of removed steered messages are kept in the
@@ -31,15 +34,17 @@ queued, turns, work) but not its epoch (``ep``) or its event count (``ev``): a s
 stays fenced and the next event id is the one after the last. With no inputs (``seq`` 0)
 it is not listed.
 
-A limit: a flush is four commands outside any transaction (see the package docstring). One
-that a cut has called off, and that was still running (not killed: a dead one's work is
-removed by the cut) when the cut committed, may still write its chunk; that chunk lies past
-``base``, where no reader looks, until a later flush at that position. Cut a session no one
-is saving to, as the busy check already ensures under the service.
+A limit: a flush is four commands outside any transaction (see the package docstring). A
+flusher stalled between two of them while the cut finished its flush and committed (or
+while the cut called it off) can still write its chunk or id list after the cut, at a
+position the cut emptied: a stale document past ``base``, which a later flush there meets.
+Cut a session no one is saving to at that moment, as the busy check ensures under the
+service.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -74,6 +79,13 @@ def _refs(entries: list[Entry]) -> list[Any]:
     return [ref for entry in entries for ref in entry.get("r", ())]
 
 
+class _Moving(Exception):
+    """A flush is moving entries the cut removes; it is finished, then the cut runs again."""
+
+    def __init__(self, marked: int) -> None:
+        self.marked = marked
+
+
 class MongoRewritable(MongoServiceTables):
     """:meth:`truncate` and :meth:`delete` of :class:`MongoStore`; see the module docstring."""
 
@@ -91,7 +103,14 @@ class MongoRewritable(MongoServiceTables):
                 if length is not None and length != 0:
                     raise TranscriptConflict(session, length, 0)
                 return []
-            return await self._locked(session, "cut", lambda s: self._cut(s, session, at, length))
+            for attempt in range(_RETRIES):
+                last = attempt == _RETRIES - 1  # a flush that will not finish is called off
+                cut = functools.partial(self._cut, session=session, at=at, length=length)
+                try:
+                    return await self._locked(session, "cut", functools.partial(cut, call_off=last))
+                except _Moving as moving:
+                    await self._flush(session, moving.marked)
+            raise StoreError(f"session {session!r}: the cut kept meeting a flush")  # not reached
 
     async def delete(self, session: str) -> bool:
         """Forget the session's transcript, steers and service records; True if it had any.
@@ -146,7 +165,7 @@ class MongoRewritable(MongoServiceTables):
     # -- truncate ----------------------------------------------------------------------------
 
     async def _cut(
-        self, s: AsyncClientSession, session: str, at: int, length: int | None
+        self, s: AsyncClientSession, *, session: str, at: int, length: int | None, call_off: bool
     ) -> list[Message]:
         head = await self._heads.find_one(
             {"_id": session}, {"n": 1, "base": 1, "tail": 1, "mv": 1}, session=s
@@ -156,7 +175,9 @@ class MongoRewritable(MongoServiceTables):
             raise TranscriptConflict(session, length, stored)
         if head is None or at >= stored:
             return []
-        base = int(head["base"])
+        base, marked = int(head["base"]), int(head.get("mv") or 0)
+        if marked and at < base + marked and not call_off:
+            raise _Moving(marked)  # the cut reaches entries a flush is moving: finish it first
         if at >= base:
             removed, change = await self._cut_tail(s, session, head, at)
         else:

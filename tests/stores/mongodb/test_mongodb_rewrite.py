@@ -1,10 +1,10 @@
 """What the MongoDB store's truncate and delete promise beyond the contract's cases.
 
 The contract's transcripts fit in the head; here they reach into chunks and blobs: a cut
-inside a chunk, a cut that removes blobs, a cut that calls off a flush a dead flusher left
-marked, a delete that leaves no document of the session but its service document, no
-document made for a session that never was, the cut's lock on the service document (a
-claim waits for it), and a SIGKILL at every command of a cut and of a delete.
+inside a chunk, a cut that removes blobs, a cut that finishes (or calls off) a flush a dead
+flusher left marked, a delete that leaves no document of the session but its service
+document, none left of a session the service never saw, the cut's lock on the service
+document (a claim waits for it), and a SIGKILL at every command of a cut and of a delete.
 """
 
 from __future__ import annotations
@@ -127,10 +127,8 @@ async def test_a_cut_in_the_tail_keeps_the_chunks(store: MongoStore) -> None:
         await store.save(sid, [user("again", id="blob")], at=8)
 
 
-async def test_a_cut_calls_off_a_flush_a_dead_flusher_left(store: MongoStore) -> None:
-    """Marked, its chunk and id list written, then killed: a cut into the marked entries
-    removes them, and the next flush moves what is there now."""
-    sid = _sid()
+async def _dead_flush(store: MongoStore, sid: str) -> list[Message]:
+    """Three messages, their flush marked and its chunk and id list written, then killed."""
     kept = [user("x" * 10_000, id=f"m-{i}") for i in range(3)]
     await store.save(sid, kept[:1], at=0)
     await store.save(sid, kept[1:], at=1)  # 30 KB: no flush yet
@@ -139,11 +137,38 @@ async def test_a_cut_calls_off_a_flush_a_dead_flusher_left(store: MongoStore) ->
     assert head is not None and head["mv"] == 0
     await store.db["steerable_chunks"].insert_one(layout.chunk(sid, 0, head["tail"]))
     await heads.insert_one(layout.id_list(sid, 0, head["tail"]))
+    return kept
+
+
+async def test_a_cut_finishes_a_flush_a_dead_flusher_left_then_cuts(store: MongoStore) -> None:
+    sid = _sid()
+    kept = await _dead_flush(store, sid)
     assert await store.truncate(sid, at=1) == kept[1:]
+    head = await _head(store, sid)
+    assert (head["mv"], head["base"], head["n"], head["tail"]) == (0, 1, 1, [])
+    chunks = await store.db["steerable_chunks"].find({"_id.s": sid}).to_list(None)
+    assert [(c["_id"]["p"], c["e"]) for c in chunks] == [(0, 1)]
+    more = [assistant("y" * 40_000, id="m-1"), user("after", id="m-2")]  # the cut ids, again
+    await store.save(sid, more, at=1)
+    assert await store.messages(sid) == kept[:1] + more
+    assert (await _head(store, sid))["base"] == 3
+
+
+async def test_a_cut_calls_off_a_flush_that_will_not_finish(store: MongoStore) -> None:
+    """A flush the cut cannot finish (here: a store whose flush does nothing) is called off:
+    the marked entries and what the flush wrote go, and the next flush moves what is there."""
+
+    class Stuck(MongoStore):
+        async def _flush(self, session: str, marked: int) -> None:
+            pass
+
+    sid = _sid()
+    kept = await _dead_flush(store, sid)
+    assert await Stuck(store.db).truncate(sid, at=1) == kept[1:]
     head = await _head(store, sid)
     assert (head["mv"], head["base"], head["n"]) == (0, 0, 1)
     assert (await _documents(store, sid))["id lists"] == 0
-    more = [assistant("y" * 40_000, id="m-1"), user("after", id="m-2")]  # the cut ids, again
+    more = [assistant("y" * 40_000, id="m-1"), user("after", id="m-2")]
     await store.save(sid, more, at=1)
     assert await store.messages(sid) == kept[:1] + more
     assert (await _head(store, sid))["base"] == 3
@@ -188,11 +213,17 @@ async def test_a_claim_waits_for_a_cut_under_way(store: MongoStore) -> None:
 
     class Paused(MongoStore):
         async def _cut(
-            self, s: AsyncClientSession, session: str, at: int, length: int | None
+            self,
+            s: AsyncClientSession,
+            *,
+            session: str,
+            at: int,
+            length: int | None,
+            call_off: bool,
         ) -> list[Message]:
             inside.set()
             await gate.wait()
-            return await super()._cut(s, session, at, length)
+            return await super()._cut(s, session=session, at=at, length=length, call_off=call_off)
 
     cut = asyncio.create_task(Paused(store.db).truncate(sid, at=2))
     await inside.wait()
