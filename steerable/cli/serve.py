@@ -6,9 +6,19 @@ turns with ``--agent`` (the keyless demo agent by default) and answers the HTTP 
 database. Without ``--tokens`` it serves one tenant with no authentication, so it listens on
 a loopback address only unless ``--insecure-no-auth`` says otherwise.
 
+``--model provider:name`` serves steerable's own loop over a model instead, with the
+chat's options and ``--tools MODULE:NAME``: no agent module needed (see ``_agents.py``).
+
 The server never migrates its database: ``steerable migrate --store URL`` applies the
 pending steps (run it once per release, from a deploy job), and ``serve`` refuses a
-database whose schema is not the one it reads, naming the command.
+database whose schema is not the one it reads, naming the command. A database that cannot
+be used (unreachable, not accepting connections yet, an unknown database, a refused login,
+not migrated) is one line on stderr and exit status 1 (``_databases.py``).
+
+A failed turn is logged with its traceback, and its tenant is told a code and a safe line
+(``--error-detail`` passes the agent's own text, for development). SIGTERM or Ctrl-C ends
+the event streams, gives other requests ``--grace`` seconds, and releases the running
+turns' leases for another replica to carry on (``_shutdown.py``).
 """
 
 from __future__ import annotations
@@ -16,25 +26,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import json
+import logging
+import math
 import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from steerable.errors import SteerableError, StoreError, UsageError
+from steerable.cli._agents import DEFAULT_AGENT, add_agent_flags, agent_of, load_agent
+from steerable.cli._databases import explain
+from steerable.cli._tokens import load_tokens
+from steerable.errors import StoreError, UsageError
 
 if TYPE_CHECKING:
+    from steerable.models.registry import ProviderModel
     from steerable.service import Agent
 
-__all__ = ["ServeOptions", "add_parsers", "load_agent", "load_tokens", "migrate", "serve"]
-
-DEFAULT_AGENT = "steerable.service.demo:demo_agent"
+__all__ = [
+    "DEFAULT_AGENT",
+    "ServeOptions",
+    "add_parsers",
+    "load_agent",
+    "load_tokens",
+    "migrate",
+    "serve",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
-    """What ``steerable serve`` was asked for, checked."""
+    """What ``steerable serve`` was asked for, checked.
+
+    ``host`` is what uvicorn binds (an IPv6 address without its brackets); ``model`` the
+    ``--model`` to close when serving ends (None with ``--agent``).
+    """
 
     store: str
     agent: Agent
@@ -44,6 +70,13 @@ class ServeOptions:
     tokens: dict[str, str] | None
     lease: float
     poll: float
+    grace: float = 5.0
+    error_detail: bool = False
+    model: ProviderModel | None = None
+
+
+class CannotStart(Exception):
+    """The database cannot be used; the message says why in a line."""
 
 
 def _fail(command: str, message: str, code: int = 2) -> int:
@@ -52,137 +85,62 @@ def _fail(command: str, message: str, code: int = 2) -> int:
     return code
 
 
-def load_tokens(path: str) -> dict[str, str]:
-    """The token -> tenant map in ``path``: a JSON object, or one ``token tenant`` a line.
-
-    Blank lines and lines starting with ``#`` are skipped. A tenant is 1 to 64 of
-    ``A-Z a-z 0-9 _ . -``; a token is given once.
-    """
+def bind_host(host: str) -> str:
+    """``--host`` as uvicorn binds it: ``[::1]`` (a URL's spelling) is ``::1``."""
+    if not (host.startswith("[") or host.endswith("]")):
+        return host
+    inner = host[1:-1] if host.startswith("[") and host.endswith("]") else ""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--tokens {path}: cannot read it ({exc})") from None
-    pairs: list[tuple[object, object]]
-    if text.lstrip().startswith("{"):
-        try:
-            loaded = json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"--tokens {path}: not valid JSON ({exc})") from None
-        if not isinstance(loaded, dict):
-            raise UsageError(f"--tokens {path}: a JSON object of token: tenant")
-        pairs = list(loaded.items())
-    else:
-        pairs = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            fields = line.split()
-            if len(fields) != 2:
-                raise UsageError(f"--tokens {path}:{number}: one `token tenant` a line")
-            pairs.append((fields[0], fields[1]))
-    return _checked_tokens(path, pairs)
-
-
-def _checked_tokens(path: str, pairs: list[tuple[object, object]]) -> dict[str, str]:
-    # The rules of the service and its client, so a token taken here is one they take.
-    from steerable.service.client import check_token
-    from steerable.service.http._problems import TENANT
-
-    tokens: dict[str, str] = {}
-    for token, tenant in pairs:
-        try:
-            token = check_token(token)
-        except UsageError as exc:
-            raise UsageError(f"--tokens {path}: {exc}") from None
-        if not isinstance(tenant, str) or not TENANT.fullmatch(tenant):
-            raise UsageError(
-                f"--tokens {path}: a tenant is 1-64 of A-Z a-z 0-9 _ . -, not {tenant!r:.80}"
-            )
-        if token in tokens:
-            raise UsageError(f"--tokens {path}: a token is given twice (tenant {tenant!r})")
-        tokens[token] = tenant
-    if not tokens:
-        raise UsageError(f"--tokens {path}: no tokens in it")
-    return tokens
-
-
-def load_agent(spec: str) -> Agent:
-    """The agent ``module:attribute`` names (a dotted module or a ``.py`` path).
-
-    The attribute is an agent (``run_turn`` and ``steers_per_turn``), or a function of no
-    arguments that makes one.
-    """
-    from steerable.cli.chat import _import
-
-    where, colon, name = spec.rpartition(":")
-    if not colon or not where or not name:
+        ipaddress.IPv6Address(inner)
+    except ValueError:
         raise UsageError(
-            f"--agent takes module:attribute, like examples.agents.two_tools:AGENT, not {spec!r}"
-        )
-    try:
-        module = _import(where)
-    except Exception as exc:  # the user's module: what it raised, in one line
-        raise UsageError(
-            f"--agent {spec}: cannot import {where!r}: {type(exc).__name__}: {exc}"
+            f"--host {host}: brackets hold an IPv6 address, like [::1] or ::1"
         ) from None
-    try:
-        value: Any = getattr(module, name)
-    except AttributeError:
-        raise UsageError(f"--agent {spec}: {where!r} has no attribute {name!r}") from None
-    if not _is_agent(value) and callable(value):
-        try:
-            value = value()
-        except Exception as exc:  # the user's factory: say what it raised, in one line
-            raise UsageError(f"--agent {spec}: {type(exc).__name__}: {exc}") from None
-    if not _is_agent(value):
-        raise UsageError(
-            f"--agent {spec}: {value!r:.80} is not an agent (run_turn(turn) and steers_per_turn)"
-        )
-    agent: Agent = value
-    return agent
-
-
-def _is_agent(value: object) -> bool:
-    return callable(getattr(value, "run_turn", None)) and hasattr(value, "steers_per_turn")
+    return inner
 
 
 def _loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a name: it may resolve to anything
 
 
 def _options(args: argparse.Namespace) -> ServeOptions:
     tokens = None if args.tokens is None else load_tokens(args.tokens)
-    if tokens is None and not _loopback(args.host) and not args.insecure_no_auth:
+    host = bind_host(args.host)
+    if tokens is None and not _loopback(host) and not args.insecure_no_auth:
         raise UsageError(
             f"--host {args.host} without --tokens would serve anyone with no auth;"
             " give --tokens FILE, or --insecure-no-auth if that is what you want"
         )
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port is from 0 to 65535, not {args.port}")
-    for flag, value in (("--lease", args.lease), ("--poll", args.poll)):
-        if not value > 0:
+    for flag, value in (("--lease", args.lease), ("--poll", args.poll), ("--grace", args.grace)):
+        if not (math.isfinite(value) and value > 0):
             raise UsageError(f"{flag} is a number of seconds > 0, not {value}")
+    agent, model = agent_of(args)
     return ServeOptions(
         store=args.store,
-        agent=load_agent(args.agent),
-        host=args.host,
+        agent=agent,
+        host=host,
         port=args.port,
         replica=args.replica_id,
         tokens=tokens,
         lease=args.lease,
         poll=args.poll,
+        grace=args.grace,
+        error_detail=args.error_detail,
+        model=model,
     )
 
 
 def serve(args: argparse.Namespace) -> int:
     """Serve turns and the HTTP API over the store ``--store`` names, until interrupted."""
     try:  # first: the tokens' rules are the service's own
-        import uvicorn
+        import uvicorn  # noqa: F401
 
         import steerable.service.http  # noqa: F401 - a missing extra is told here
     except ImportError as exc:
@@ -192,26 +150,52 @@ def serve(args: argparse.Namespace) -> int:
     except UsageError as exc:
         return _fail("serve", str(exc))
     try:
-        return asyncio.run(_serve(options, uvicorn))
+        return asyncio.run(_serve(options))
     except KeyboardInterrupt:
         return 0
     except UsageError as exc:
         return _fail("serve", str(exc))
+    except CannotStart as exc:
+        return _fail("serve", str(exc), 1)
     except (StoreError, OSError) as exc:
         return _fail("serve", f"{type(exc).__name__}: {exc}", 1)
 
 
-async def _serve(options: ServeOptions, uvicorn: Any) -> int:
-    from steerable.service import Service
-    from steerable.service.http import create_app, live_feed
-    from steerable.stores.migrations import check_schema
+@asynccontextmanager
+async def opened(url: str) -> AsyncIterator[Any]:
+    """The store ``url`` names, its schema checked; :class:`CannotStart` says why not."""
+    from steerable.stores.migrations import SchemaVersioned, check_schema
     from steerable.stores.url import open_url
 
-    async with open_url(options.store) as store:
+    async with AsyncExitStack() as stack:
+        try:  # connecting: pools of some drivers connect only at the first call
+            store = await stack.enter_async_context(open_url(url))
+            if isinstance(store, SchemaVersioned):
+                await store.schema_version()
+        except UsageError:
+            raise
+        except Exception as exc:
+            line = explain(exc, url)
+            if line is None:
+                raise
+            raise CannotStart(line) from None
         try:
             await check_schema(store)
         except StoreError as exc:
-            raise StoreError(f"{exc}; run `steerable migrate --store URL` first") from None
+            raise CannotStart(explain(exc, url, schema=True) or str(exc)) from None
+        yield store
+
+
+async def _serve(options: ServeOptions) -> int:
+    from steerable.cli._shutdown import EndingStreams, Server
+    from steerable.service import Service
+    from steerable.service.http import create_app, live_feed
+
+    _log_to_stderr()
+    async with AsyncExitStack() as stack:
+        if options.model is not None:
+            await stack.enter_async_context(options.model)
+        store = await stack.enter_async_context(opened(options.store))
         feed = live_feed(store)
         service = Service(
             store,
@@ -220,15 +204,40 @@ async def _serve(options: ServeOptions, uvicorn: Any) -> int:
             lease=options.lease,
             poll=options.poll,
             live=feed.sink,
+            error_detail=options.error_detail,
         )
         # The app's lifespan serves turns (service.serving()) and runs the live feed.
-        app = create_app(service, tokens=options.tokens, live=feed)
-        config = uvicorn.Config(
-            app, host=options.host, port=options.port, log_level="info", lifespan="on"
-        )
-        server = uvicorn.Server(config)
+        streams = EndingStreams(create_app(service, tokens=options.tokens, live=feed))
+        config = uvicorn_config(streams, options)
+        server = Server(config, streams)
         await server.serve()
     return 0 if server.started else 1
+
+
+def uvicorn_config(app: Any, options: ServeOptions) -> Any:
+    """uvicorn's settings for ``app``: the address, and the grace of a shutdown."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="info",
+        lifespan="on",
+        # typed int, but it is asyncio.wait_for's timeout: a fraction works
+        timeout_graceful_shutdown=options.grace,  # type: ignore[arg-type]
+    )
+
+
+def _log_to_stderr() -> None:
+    """steerable's log lines (a failed turn's traceback among them) beside uvicorn's."""
+    logger = logging.getLogger("steerable")
+    if logger.handlers or logging.getLogger().handlers:
+        return  # the embedding program has its own
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def migrate(args: argparse.Namespace) -> int:
@@ -240,8 +249,11 @@ def migrate(args: argparse.Namespace) -> int:
         applied = asyncio.run(migrate_url(args.store))
     except UsageError as exc:
         return _fail("migrate", str(exc))
-    except (SteerableError, OSError) as exc:
-        return _fail("migrate", f"{type(exc).__name__}: {exc}", 1)
+    except Exception as exc:
+        line = explain(exc, args.store)
+        if line is None:
+            raise
+        return _fail("migrate", line, 1)
     if scheme in ("memory", "sqlite"):
         print(f"{scheme}: nothing to apply (it sets up its own tables)")
     elif applied:
@@ -260,13 +272,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--store", required=True, help="sqlite:///file.db, postgresql://host/db, ...")
+    add_agent_flags(run)
     run.add_argument(
-        "--agent",
-        default=DEFAULT_AGENT,
-        metavar="MODULE:ATTRIBUTE",
-        help="the agent turns run, or a function making it (default: the keyless demo agent)",
+        "--host", default="127.0.0.1", help="the address to listen on (IPv6: ::1 or [::1])"
     )
-    run.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     run.add_argument("--port", type=int, default=8000, help="the port (default: 8000)")
     run.add_argument("--replica-id", help="this replica's name in leases (default: host:pid)")
     run.add_argument("--tokens", metavar="FILE", help="token -> tenant: `token tenant` a line")
@@ -277,6 +286,19 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     run.add_argument("--lease", type=float, default=15.0, help="lease seconds (default: 15)")
     run.add_argument("--poll", type=float, default=1.0, help="idle poll seconds (default: 1)")
+    run.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        help="on SIGTERM, seconds for requests under way to finish (default: 5); event"
+        " streams end at once, running turns go to another replica",
+    )
+    run.add_argument(
+        "--error-detail",
+        action="store_true",
+        help="tell the tenant a failed turn's own error text (for development; by default a"
+        " code and a safe line, the text going to the log)",
+    )
     run.set_defaults(handler=serve)
     _short_errors(run, "serve")
     apply = commands.add_parser(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from steerable.errors import Fenced, StoreError
 from steerable.events import Event, EventSink
 from steerable.messages import Message
+from steerable.service._failure import failure, reported
 from steerable.service._fenced import FencedStore, LeaseCell
 from steerable.service.agent import Agent, Turn
 from steerable.service_store import Claim, Notifying, Outcome, ServiceStore
@@ -30,6 +31,9 @@ from steerable.session import Session
 from steerable.store import Store
 
 log = logging.getLogger("steerable.service")
+
+_RELEASE = 2.0
+"""How long a release of a lease at shutdown may take before the lease is left to expire."""
 
 LiveSink = Callable[[str, str, Event], object]
 """Where a replica sends the live events of the turns it runs: ``(session, turn, event)``."""
@@ -74,6 +78,7 @@ class Settings:
     renew_every: float
     poll: float
     concurrency: int
+    error_detail: bool = False  # record a failed turn's own error text (see _failure.py)
 
 
 class Replica:
@@ -114,15 +119,37 @@ class Replica:
             await self._abandon()
 
     async def _abandon(self) -> None:
-        # Their leases expire and another replica carries them on. Nothing more is written:
-        # a cancelled run would otherwise save its calls under way as "cancelled", and the
-        # next holder must redo them instead.
-        for serving in self._turns.values():
-            serving.cell.fenced = True
+        # Another replica carries the turns on from their last saved step. Nothing more is
+        # written first: a cancelled run would otherwise save its calls under way as
+        # "cancelled", and the next holder must redo them instead.
+        cells = [serving.cell for serving in self._turns.values()]
+        for cell in cells:
+            cell.fenced = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if cells:
+            await self._release(cells)
+
+    async def _release(self, cells: list[LeaseCell]) -> None:
+        """Let the abandoned turns' leases go now rather than at their expiry.
+
+        Safe because this replica writes nothing more for them (every run has ended, and
+        each cell is fenced), and a claimer takes the lease with epoch + 1, which refuses
+        any write of ours still on its way. A release that fails (the store is away, or
+        the turn ended meanwhile) leaves the lease to expire, as a crash would.
+        """
+
+        async def release(cell: LeaseCell) -> None:
+            try:
+                await asyncio.wait_for(self.service.renew(cell.lease, seconds=0), _RELEASE)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Fenced, or the store is away: it expires instead
+                log.info("session %r: the lease is left to expire (%s)", cell.lease.session, exc)
+
+        await asyncio.gather(*(release(cell) for cell in cells))
 
     async def _listen(self, service: Notifying) -> None:
         while True:
@@ -220,7 +247,8 @@ class Replica:
             self.counters.fenced += 1
             log.info("session %r: the lease was lost; the new holder goes on", session)
             return
-        await self._end(serving.cell, outcome)
+        detail = self.settings.error_detail
+        await self._end(serving.cell, reported(session, claim.turn, outcome, detail=detail))
 
     async def _carry(self, claim: Claim, serving: _Serving) -> Outcome:
         """Run the turn; while the store failed under it (and the lease holds), run it again
@@ -286,9 +314,8 @@ class Replica:
             return await self.agent.run_turn(turn)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            log.exception("session %r: the agent failed turn %r", turn.session, turn.id)
-            return Outcome("failed", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # logged with its traceback where the turn's end is
+            return failure(exc)
 
     async def _renew(self, serving: _Serving, session: str) -> None:
         every, cell = self.settings.renew_every, serving.cell

@@ -115,7 +115,11 @@ class Service:
     An idle replica looks for work every ``poll`` seconds (and at once on a hint), and
     runs at most ``concurrency`` turns at a time. ``live`` receives the live events
     (text deltas included) of the turns this replica runs; a ``live`` that raises is logged
-    once per turn and never fails the turn.
+    once per turn and never fails the turn. A failed turn is logged (with its traceback)
+    and records a stable code in its ``error`` rather than the agent's own text, which
+    can name hosts and keys; ``error_detail=True`` records the text, for development.
+    When serving ends, the turns under way are abandoned and their leases released, so
+    another replica carries them on at once.
     """
 
     def __init__(
@@ -129,6 +133,7 @@ class Service:
         poll: float = 1.0,
         concurrency: int = 16,
         live: LiveSink | None = None,
+        error_detail: bool = False,
     ) -> None:
         if not isinstance(store, ServiceStore) or not isinstance(store, Store):
             raise UsageError(
@@ -149,7 +154,10 @@ class Service:
             raise UsageError(f"`concurrency` is an int >= 1, not {concurrency!r}")
         if replica is not None and (not isinstance(replica, str) or not replica):
             raise UsageError(f"`replica` is a non-empty str, not {replica!r}")
+        if not isinstance(error_detail, bool):
+            raise UsageError(f"`error_detail` is True or False, not {error_detail!r}")
         self.store: ServiceStore = store
+        self._core: Store = store
         self.agent = agent
         self.settings = Settings(
             replica or f"{socket.gethostname()}:{os.getpid()}",
@@ -157,6 +165,7 @@ class Service:
             renew,
             _seconds(poll, "poll"),
             concurrency,
+            error_detail,
         )
         self._live = live
         self.replica: Replica | None = None
@@ -228,8 +237,7 @@ class Service:
             raise UsageError("a Service serves turns only with an agent: Service(store, agent)")
         if self.replica is not None:
             raise UsageError("this Service is serving already")
-        assert isinstance(self.store, Store)
-        replica = Replica(self.store, self.store, self.agent, self.settings, self._live)
+        replica = Replica(self._core, self.store, self.agent, self.settings, self._live)
         self.replica = replica
         task = asyncio.create_task(replica.run())
         task.add_done_callback(_replica_ended)

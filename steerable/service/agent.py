@@ -25,6 +25,7 @@ from steerable.events import EventSink
 from steerable.messages import Message
 from steerable.models.base import Model
 from steerable.runner import Runner
+from steerable.service._failure import Failure
 from steerable.service_store import Input, Outcome
 from steerable.session import Session
 from steerable.spec import EndReason, Result, Spec
@@ -124,6 +125,8 @@ def outcome_of(result: Result) -> Outcome:
     """The :class:`Outcome` of a core run's :class:`~steerable.spec.Result`."""
     error = None if result.error is None else f"{type(result.error).__name__}: {result.error}"
     state = _STATES[result.reason].state
+    if state == "failed" and result.error is not None:  # the exception, for the server's log
+        return Failure(state, result.output, error, exception=result.error)
     return Outcome(state, result.output, error)
 
 

@@ -46,12 +46,14 @@ class Served:
         self.command += ["--port", "0", *flags]
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
+        self.host = "127.0.0.1"
         self.port = 0
 
     @property
     def url(self) -> str:
-        """The base URL it answers on."""
-        return f"http://127.0.0.1:{self.port}"
+        """The base URL it answers on (an IPv6 address in brackets; 0.0.0.0: loopback)."""
+        host = "127.0.0.1" if self.host == "0.0.0.0" else self.host
+        return f"http://{host}:{self.port}"
 
     def start(self, timeout: float = 30) -> Served:
         """Start it and wait until uvicorn says where it listens."""
@@ -61,9 +63,9 @@ class Served:
             )
         deadline = time.monotonic() + timeout
         while True:
-            found = re.search(r"Uvicorn running on http://[^:]+:(\d+)", self.text())
+            found = re.search(r"Uvicorn running on http://(\[[^\]]+\]|[^:]+):(\d+)", self.text())
             if found:
-                self.port = int(found.group(1))
+                self.host, self.port = found.group(1), int(found.group(2))
                 return self
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"steerable serve did not start:\n{self.text()}")

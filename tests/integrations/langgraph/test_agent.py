@@ -173,7 +173,8 @@ async def test_a_human_in_the_loop_interrupt_fails_the_turn_with_a_clear_error(
     asks = HumanInTheLoopMiddleware(interrupt_on={"work": True})
     agent = LangGraphAgent(ScriptedChat(rounds=1), [work_tool()], middleware=[asks])
     async with SQLiteStore(tmp_path / "s.db") as store:
-        service = Service(store, agent, poll=0.05)
+        # error_detail: the agent's own reason is recorded (by default, a code and a safe line)
+        service = Service(store, agent, poll=0.05, error_detail=True)
         async with service.serving():
             await service.send("s", "go on", id="go")
             done = await service.wait("s", "go", seconds=30)

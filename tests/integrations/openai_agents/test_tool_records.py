@@ -61,7 +61,8 @@ async def test_under_the_service_a_call_to_approve_fails_the_turn_and_is_not_sto
         [[function_call("delete", {"q": "x"}, call_id="c1")], [assistant_message("ok")]]
     )
     agent = OpenAIAgentsAgent(Agent(name="a", model=model, tools=[delete]))
-    service = Service(MemoryStore(), agent, poll=0.05)
+    # error_detail: the agent's own reason is recorded (by default, a code and a safe line)
+    service = Service(MemoryStore(), agent, poll=0.05, error_detail=True)
     async with service.serving():
         await service.send("s", "hi", id="p")
         first = await service.wait("s", "p", seconds=30)
