@@ -100,8 +100,11 @@ reader sees every message exactly once (from the tail until step 4, from the chu
 A flusher killed after step 1 leaves ``mv`` set; the next save sees it and carries the
 flush on from step 2. The entries are committed and ``mv`` fixes how many move, so every
 flusher of a position writes the same documents: a duplicate key on step 2 or 3 is a dead
-(or concurrent) flusher's work, adopted. Saves go on meanwhile: they append after the
-marked entries.
+(or concurrent) flusher's work, adopted. Only a cut (``truncate``) ever makes a position
+hold other messages, and a flusher stalled across one may write a stale document there
+after it; a flusher that finds a different document at its position replaces it if the
+head is still marked with its entries, and otherwise (it is the stale one) writes nothing
+more. Saves go on meanwhile: they append after the marked entries.
 
 No multi-document transaction is needed: this order works on a standalone ``mongod`` too,
 where transactions are not available.

@@ -216,6 +216,15 @@ def id_list(session: str, base: int, moved: list[Entry]) -> dict[str, Any]:
     }
 
 
+def same_run(found: dict[str, Any], doc: dict[str, Any]) -> bool:
+    """Whether two chunks, or two id lists, hold the same ids up to the same end."""
+
+    def ids(d: dict[str, Any]) -> list[Any]:
+        return [entry["i"] for entry in d["m"]] if "m" in d else list(d.get("k", ()))
+
+    return found.get("e") == doc["e"] and ids(found) == ids(doc)
+
+
 def chunk_range(session: str, end: int) -> dict[str, Any]:
     """The filter for the chunks of ``session`` that start before position ``end``.
 

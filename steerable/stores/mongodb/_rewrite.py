@@ -37,9 +37,11 @@ it is not listed.
 A limit: a flush is four commands outside any transaction (see the package docstring). A
 flusher stalled between two of them while the cut finished its flush and committed (or
 while the cut called it off) can still write its chunk or id list after the cut, at a
-position the cut emptied: a stale document past ``base``, which a later flush there meets.
-Cut a session no one is saving to at that moment, as the busy check ensures under the
-service.
+position the cut emptied: a stale document past ``base``. A later flush at that very
+position replaces it (:meth:`MongoStore._placed`); one that starts elsewhere does not see
+it, and a stale id list keeps its ids from being saved again (``InvalidMessage``; a flush
+of one stops, its entries staying readable in the head). Cut a session no one is saving
+to at that moment, as the busy check ensures under the service.
 """
 
 from __future__ import annotations

@@ -9,10 +9,9 @@ Documents (collections made by migration step 3)
   holder (None), ``x`` the lease's expiry in milliseconds since the Unix epoch on the
   server's clock (0 when nobody holds it), ``run`` the running turn (None), ``sr`` whether
   its stop was asked, counters ``seq`` (inputs), ``ev`` (events), ``tn`` (turns claimed),
-  ``q`` (inputs waiting to be turns), ``w`` (work: a running turn or ``q`` > 0), ``now``
-  (the server's clock at the last write) and ``rw`` (cuts and deletes: their lock, see
-  :mod:`._rewrite`; absent until the first). The index ``(w, x)`` lets a claim that names no
-  session look only at sessions with work and an expired or absent lease.
+  ``q`` (inputs waiting to be turns), ``w`` (work: a running turn or ``q`` > 0), ``now`` (the
+  server's clock at the last write), ``rw`` (cuts and deletes: :mod:`._rewrite`). The index
+  ``(w, x)`` lets a claim that names no session look at sessions with work and no live lease.
 - ``steerable_inputs``, ``_id {s, i}`` (so one id is one input, however many replicas race
   to write it): ``n`` seq, ``kd`` kind, ``tx`` the text as JSON text (NUL and any unicode
   round-trip), ``of``/``ah`` the first answer, ``st`` state, ``t`` turn, ``sp`` step.

@@ -265,27 +265,47 @@ class MongoStore(MongoRewritable):
                 return  # another flusher got there first
             base, moved = int(head["base"]), int(head["mv"])
             entries = head["tail"][:moved]
-            chunk = layout.chunk(session, base, entries)
-            try:
-                await self._chunks.insert_one(chunk)
-            except DuplicateKeyError:
-                # A flusher of this mark, maybe a dead one, wrote the same chunk first. One
-                # that ends elsewhere is a layout-1 flush cut off before its commit (its
-                # entries are still in the tail): this flush's chunk takes its place.
-                await self._chunks.replace_one(
-                    {"_id": chunk["_id"], "e": {"$ne": chunk["e"]}}, chunk
-                )
-            ids = layout.id_list(session, base, entries)
-            try:
-                await self._heads.insert_one(ids)
-            except DuplicateKeyError:
-                # written by another flusher; or (without the index once) an id is elsewhere
-                found = await self._heads.find_one({"_id": ids["_id"]}, {"e": 1})
-                if found is None or found["e"] != ids["e"]:
-                    return  # not ours to adopt: the entries stay in the head, readable
+            for collection, doc in (
+                (self._chunks, layout.chunk(session, base, entries)),
+                (self._heads, layout.id_list(session, base, entries)),
+            ):
+                if not await self._placed(collection, doc, session, base, entries):
+                    return  # the entries stay in the head, readable; the next save goes on
             await self._heads.update_one(
                 {"_id": session, "base": base, "mv": moved}, layout.commit_pipeline(moved)
             )
+
+    async def _placed(
+        self,
+        collection: AsyncCollection[Any],
+        doc: dict[str, Any],
+        session: str,
+        base: int,
+        entries: list[Entry],
+    ) -> bool:
+        """Insert a chunk or id list of the flush at ``base``; whether it is in place.
+
+        The same document found there is another flusher's of this mark, maybe a dead one:
+        adopted. A different one is replaced, if this flush is still the head's (its mark
+        and entries unchanged): a layout-1 flush cut off before its commit, or one a cut
+        called off that wrote after the cut. A stale flusher, or an id held by another
+        document (an id list), writes nothing more.
+        """
+        try:
+            await collection.insert_one(doc)
+            return True
+        except DuplicateKeyError:
+            pass
+        found = await collection.find_one({"_id": doc["_id"]})
+        if found is not None and layout.same_run(found, doc):
+            return True
+        head = await self._heads.find_one({"_id": session}, {"base": 1, "mv": 1, "tail.i": 1})
+        if found is None or head is None or (head["base"], head["mv"]) != (base, len(entries)):
+            return False
+        if [e["i"] for e in head["tail"][: len(entries)]] != [e["i"] for e in entries]:
+            return False
+        await collection.replace_one({"_id": doc["_id"]}, doc)
+        return True
 
     async def schema_version(self) -> int:
         """The highest migration the database has applied; 0 when it has none."""

@@ -23,6 +23,7 @@ import pytest
 from pymongo import AsyncMongoClient, monitoring
 from pymongo.asynchronous.client_session import AsyncClientSession
 
+from steerable import codec
 from steerable.errors import InvalidMessage
 from steerable.messages import Message, assistant, new_id, user
 from steerable.service_store import Input, Outcome
@@ -172,6 +173,41 @@ async def test_a_cut_calls_off_a_flush_that_will_not_finish(store: MongoStore) -
     await store.save(sid, more, at=1)
     assert await store.messages(sid) == kept[:1] + more
     assert (await _head(store, sid))["base"] == 3
+
+
+async def test_a_flush_replaces_what_a_stalled_flusher_wrote_past_a_cut(store: MongoStore) -> None:
+    """A flusher stalled across a cut writes its chunk and id list at a position the cut
+    emptied; the next flush there (same end, other messages) replaces both, not adopts them."""
+    sid = _sid()
+    first = user("f" * 40_000, id="first")
+    await store.save(sid, [first], at=0)  # flushed: a chunk [0, 1)
+    stale = [user("o" * 20_000, id=f"old-{i}") for i in range(2)]
+    entries = layout.stage(sid, [(m.id, codec.encode(m)) for m in stale]).entries
+    await store.db["steerable_chunks"].insert_one(layout.chunk(sid, 1, entries))
+    await store.db["steerable_sessions"].insert_one(layout.id_list(sid, 1, entries))
+    new = [assistant("n" * 20_000, id="new-0"), user("m" * 20_000, id="new-1")]
+    await store.save(sid, new, at=1)  # flushed at 1, ending at 3 as the stale chunk does
+    assert (await _head(store, sid))["base"] == 3
+    assert await store.messages(sid) == [first, *new]
+    await store.save(sid, [user("an id of the stale chunk", id="old-0")], at=3)
+    assert [m.id for m in await store.messages(sid)] == ["first", "new-0", "new-1", "old-0"]
+
+
+async def test_a_stalled_flusher_overwrites_nothing(store: MongoStore) -> None:
+    """A flusher whose mark is gone (committed by another, then cut and written again) finds
+    a different chunk at its position and leaves it, and the id list too."""
+    sid = _sid()
+    first = [user("f" * 40_000, id="first")]
+    await store.save(sid, first, at=0)  # the chunk [0, 1), committed
+    stale = layout.stage(sid, [("stale", codec.encode(user("s", id="stale")))]).entries
+    for collection, doc in (
+        (store.db["steerable_chunks"], layout.chunk(sid, 0, stale)),
+        (store.db["steerable_sessions"], layout.id_list(sid, 0, stale)),
+    ):
+        assert await store._placed(collection, doc, sid, 0, stale) is False
+    assert await store.messages(sid) == first
+    ids = await store.db["steerable_sessions"].find_one({"_id": {"s": sid, "p": 0}})
+    assert ids is not None and ids["k"] == ["first"]
 
 
 # -- deletes ------------------------------------------------------------------------------
