@@ -262,14 +262,14 @@ class MongoRewritable(MongoServiceTables):
 
     async def _forget(self, s: AsyncClientSession, session: str) -> bool:
         head = await self._heads.find_one(
-            {"_id": session}, {"n": 1, "tail": 1, "box": 1}, session=s
+            {"_id": session}, {"n": 1, "tail": 1, "box": 1, "seen": 1}, session=s
         )
         chunks = await self._chunks.find(_from(session, 0), {"m": 1}, session=s).to_list(None)
         refs = _refs([e for chunk in chunks for e in chunk["m"]])
         had = False
         if head is not None:
             refs += _refs(head["tail"]) + _refs(head.get("box", []))
-            had = int(head["n"]) > 0 or bool(head.get("box"))
+            had = int(head["n"]) > 0 or bool(head.get("box") or head.get("seen"))
         await self._drop_from(s, session, 0)
         await self._heads.delete_one({"_id": session}, session=s)
         if refs:

@@ -239,6 +239,17 @@ async def test_nothing_is_left_of_a_session_the_service_never_saw(store: MongoSt
     assert await _documents(store, sid) == dict.fromkeys(counts, 0)
 
 
+async def test_a_session_cut_to_nothing_had_something_if_it_saw_a_steer(store: MongoStore) -> None:
+    """As the memory store: the ids of taken steers a cut removed are something to forget."""
+    sid = _sid()
+    await store.steer(sid, Steer("taken", "s"))
+    await store.take_steers(sid, at=0, limit=1)
+    await store.truncate(sid, at=0)
+    assert await store.delete(sid) is True
+    await store.steer(sid, Steer("new again", "s"))
+    assert [s.text for s in await store.steers(sid)] == ["new again"]
+
+
 async def test_a_claim_waits_for_a_cut_under_way(store: MongoStore) -> None:
     """The cut writes the service document first, so a claim in the middle of the cut
     conflicts and runs again after it: its turn starts where the cut left the transcript."""
