@@ -34,7 +34,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Mapping
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -350,7 +351,7 @@ class Client:
                 await response.aread()
                 _answer(response)
             fields: dict[str, str] = {}
-            async for line in response.aiter_lines():
+            async for line in _lines(response.aiter_text()):
                 if line:
                     _field(fields, line)
                     continue
@@ -366,6 +367,28 @@ _BEYOND = 2**62 - 1  # an event id no session reaches
 
 class _Ended(Exception):
     """The stream ended without an error of the transport."""
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+async def _lines(chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The lines of an event stream, ended where the SSE spec ends them: CRLF, LF or CR.
+
+    Not ``str.splitlines`` (nor httpx's ``aiter_lines``), which also ends a line at U+2028,
+    U+2029, U+0085, \\x0b, \\x0c, \\x1c-\\x1e: JSON may hold those raw, in an id or a text,
+    and a split there would let the text forge an event. A last line with no end is dropped,
+    as the spec drops an event the stream did not finish.
+    """
+    pending = ""
+    after_cr = False  # the last chunk ended with CR: a LF opening this one ends no line
+    async for chunk in chunks:
+        if after_cr and chunk.startswith("\n"):
+            chunk = chunk[1:]
+        after_cr = chunk.endswith("\r")
+        *lines, pending = _LINE_END.split(pending + chunk)
+        for line in lines:
+            yield line
 
 
 def _field(fields: dict[str, str], line: str) -> None:

@@ -26,14 +26,19 @@ FIRST_POLL = 0.05
 
 
 def event_frame(event: ServiceEvent) -> str:
-    """One durable event as an SSE frame (JSON has no raw newline, so one ``data`` line)."""
-    data = event_out(event).model_dump_json()
+    """One durable event as an SSE frame: one ``data`` line of ASCII-only JSON.
+
+    JSON escapes CR and LF, but not U+2028, U+2029 or U+0085, which many line readers
+    (Python's ``str.splitlines`` among them) take for line ends: every non-ASCII character
+    is escaped, so no reader can find a line end inside an id or a text.
+    """
+    data = event_out(event).model_dump_json(ensure_ascii=True)
     return f"id: {event.id}\nevent: {event.kind}\ndata: {data}\n\n"
 
 
 def delta_frame(delta: Delta) -> str:
-    """A live delta as an SSE frame with no id."""
-    data = json.dumps({"turn": delta.turn, "text": delta.text})
+    """A live delta as an SSE frame with no id (ASCII-only JSON, as :func:`event_frame`)."""
+    data = json.dumps({"turn": delta.turn, "text": delta.text}, ensure_ascii=True)
     return f"event: delta\ndata: {data}\n\n"
 
 
