@@ -28,7 +28,7 @@ from steerable.stores.url import open_url
 
 WORKER = Path(__file__).with_name("rewrite_worker.py")
 ROOT = Path(__file__).parents[2]
-KILLS = 6
+KILLS = 10
 # how long after a report the kill may land, per store: about one op (a MongoDB delete is
 # some 20 ms of commands), so that kills fall inside an op's writes and not only after them
 _SPAN = {"sqlite": 0.003, "mongodb": 0.03, "postgresql": 0.006, "mysql": 0.006}
@@ -90,18 +90,22 @@ async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int
     assert worker.stdout is not None
     done: dict[int, int] = {}
     try:
-        for _ in range(rng.randint(1, 40)):
+        # a random number of ops, then on to a report the cut or the delete follows (ops 3
+        # and 4), so most kills land in the writes under test, not in the ones before them
+        count, op = rng.randint(1, 40), -1
+        while count > 0 or op not in (3, 4):
             line = await asyncio.wait_for(worker.stdout.readline(), 60)
             assert line, "the worker ended before it was killed"
-            _, i, op = line.decode().split()
-            done[int(i)] = int(op)
+            _, i, op_text = line.decode().split()
+            op = done[int(i)] = int(op_text)
+            count -= 1
         await asyncio.sleep(rng.uniform(0, _SPAN.get(url.split(":")[0], 0.003)))
     finally:
         worker.send_signal(signal.SIGKILL)
         rest, _ = await worker.communicate()
     for text in rest.decode().splitlines():  # what it reported between the read and the kill
-        _, i, op = text.split()
-        done[int(i)] = int(op)
+        _, i, op_text = text.split()
+        done[int(i)] = int(op_text)
     assert worker.returncode == -signal.SIGKILL
     return done
 
