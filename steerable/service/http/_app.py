@@ -7,20 +7,20 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from steerable.errors import UsageError
 from steerable.service import Service
 from steerable.service._service import MAX_TEXT
 from steerable.service.http._live import LiveFeed, LocalLive
 from steerable.service.http._problems import (
-    PROBLEM,
     BearerGate,
     BodyLimit,
     check_tokens,
     install_handlers,
 )
-from steerable.service.http._routes import Context, add_routes
+from steerable.service.http._routes import Context, add_routes, known_query
+from steerable.service.http._schema import refine_schema, sid_room
 
 __all__ = ["MAX_BODY", "create_app", "live_feed"]
 
@@ -91,6 +91,7 @@ def create_app(
         summary="Sessions as queues of turns: send, steer, stop, watch.",
         version="1",
         lifespan=lifespan,
+        dependencies=[Depends(known_query)],
     )
     app.state.service = service
     app.state.live = feed
@@ -98,35 +99,5 @@ def create_app(
     add_routes(app, context, bearer=bool(checked))
     app.add_middleware(BodyLimit, max_body=max_body)  # inside the gate: 401 comes first
     app.add_middleware(BearerGate, tokens=checked)
-    _problem_media_types(app, bearer=bool(checked))
+    refine_schema(app, bearer=bool(checked), room=sid_room(list(checked.values())))
     return app
-
-
-def _problem_media_types(app: FastAPI, *, bearer: bool) -> None:
-    """The schema says what is sent: errors as problem+json, the bearer scheme if any."""
-    original = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = original()
-        for path in schema.get("paths", {}).values():
-            for operation in path.values():
-                for status, response in operation.get("responses", {}).items():
-                    content = response.get("content", {})
-                    if status[:1] in "45" and "application/json" in content:
-                        content[PROBLEM] = content.pop("application/json")
-        if bearer:
-            components = schema.setdefault("components", {})
-            components.setdefault("securitySchemes", {})["bearer"] = {
-                "type": "http",
-                "scheme": "bearer",
-            }
-            for name, path in schema.get("paths", {}).items():
-                if name.startswith("/v1/"):
-                    for operation in path.values():
-                        operation["security"] = [{"bearer": []}]
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

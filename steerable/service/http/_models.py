@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from steerable.messages import Message, Native, Part, Reasoning, Text, ToolCall, ToolResult
+from steerable.service._service import MAX_ID, MAX_TEXT
 from steerable.service_store import (
     Entry,
     InputView,
@@ -38,15 +40,52 @@ __all__ = [
     "turn_out",
 ]
 
-_BODY = ConfigDict(extra="ignore")  # unknown fields are ignored: older servers, newer clients
+NO_NUL = r"^[^\x00]+$"
+"""The pattern of an id in the schema: no NUL (the stores cannot all hold it)."""
+TEXT = r"^[^\x00]*\S[^\x00]*$"
+"""The pattern of an input's text in the schema: no NUL, and not only whitespace (``\\S`` as
+Python's ``re`` reads it: what ``str.strip`` keeps, which is what the service checks)."""
+
+_BODY = ConfigDict(extra="forbid")  # an unknown field is refused, never dropped unread
 
 
 class SendBody(BaseModel):
     """A message to send (or a steer): its text, and its id if the client names it."""
 
     model_config = _BODY
-    text: Annotated[str, Field(min_length=1, description="at most 1,000,000 bytes of UTF-8")]
-    id: Annotated[str | None, Field(min_length=1, max_length=255)] = None
+    text: Annotated[
+        str,
+        Field(
+            min_length=1,
+            description="at most 1,000,000 bytes of UTF-8; no NUL; not only whitespace",
+            json_schema_extra={"pattern": TEXT},
+        ),
+    ]
+    id: (
+        Annotated[
+            str, Field(min_length=1, max_length=MAX_ID, json_schema_extra={"pattern": NO_NUL})
+        ]
+        | None
+    ) = None
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, text: str) -> str:
+        # the service's own rules, checked here so the answer names the field and the rule
+        if "\x00" in text:
+            raise PydanticCustomError("nul", "holds NUL, which no input may")
+        if not text.strip():
+            raise PydanticCustomError("blank", "is only whitespace")
+        if len(text.encode("utf-8")) > MAX_TEXT:
+            raise PydanticCustomError("too_long", f"is over {MAX_TEXT:,} bytes of UTF-8")
+        return text
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, id: str | None) -> str | None:
+        if id is not None and "\x00" in id:
+            raise PydanticCustomError("nul", "holds NUL, which no id may")
+        return id
 
 
 class SteerBody(SendBody):

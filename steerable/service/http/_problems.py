@@ -29,6 +29,7 @@ __all__ = [
     "Problem",
     "ProblemError",
     "check_tokens",
+    "field_name",
     "install_handlers",
     "problem",
 ]
@@ -103,12 +104,51 @@ def problem(
     return JSONResponse(body, status_code=status, headers=dict(headers or {}), media_type=PROBLEM)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+_PLAIN = {  # the rules, in words, where pydantic's own message reads as code
+    "extra_forbidden": "is not a field of this body (unknown fields are refused)",
+    "missing": "is required",
+}
+_NUL_PATTERN = r"^[^\x00]+$"
+
+
+def field_name(name: object) -> str:
+    """``name`` as a problem may show it: a plain name as it is, anything else as ``[?]``.
+
+    Names come from the caller too (an unknown field, an unknown parameter): one that is
+    not a short identifier is not repeated, so no problem carries the caller's text.
+    """
+    if isinstance(name, int) and not isinstance(name, bool):
+        return str(name)
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return name
+    return "[?]"
+
+
+def _rule(error: Mapping[str, Any]) -> str:
+    kind = str(error.get("type", ""))
+    context = error.get("ctx") or {}
+    if kind in _PLAIN:
+        return _PLAIN[kind]
+    if kind == "string_pattern_mismatch" and context.get("pattern") == _NUL_PATTERN:
+        return "holds NUL, which no id may"
+    message = str(error.get("msg", "")) or "is not valid"
+    given = error.get("input")
+    if isinstance(given, str) and given and (given in message or repr(given) in message):
+        return f"is not valid ({field_name(kind)})"  # the message repeats the input: not sent
+    return message[:200]
+
+
 def _validation_detail(exc: RequestValidationError) -> str:
-    # the messages and where, never the input: it may be huge, or not even printable
+    # where and which rule, never the input: it may be huge, hostile, or not even printable
     parts = []
     for error in exc.errors()[:5]:
-        where = ".".join(str(x) for x in error.get("loc", ()))
-        parts.append(f"{where}: {error.get('msg', 'invalid')}")
+        loc = tuple(error.get("loc", ()))
+        if error.get("type") == "json_invalid" and len(loc) == 2:  # ("body", offset)
+            parts.append(f"body: is not JSON (at character {field_name(loc[1])})")
+            continue
+        where = ".".join(field_name(x) for x in loc)
+        parts.append(f"{where}: {_rule(error)}")
     return "; ".join(parts) or "the request is not valid"
 
 
@@ -124,7 +164,10 @@ def install_handlers(app: FastAPI) -> None:
         return problem(422, "invalid_request", _validation_detail(exc))
 
     async def usage(request: Request, exc: Exception) -> JSONResponse:
-        return problem(422, "invalid_request", str(exc)[:500])
+        # The library's own check, past the routes' (which name the field and the rule): its
+        # message may quote the value, so it goes to the log, and the answer says less.
+        log.info("a request broke a rule of the service on %s: %s", request.url.path, exc)
+        return problem(422, "invalid_request", "the request breaks a rule of the service")
 
     async def unavailable(request: Request, exc: Exception) -> JSONResponse:
         log.warning("the store is unavailable: %s", exc)

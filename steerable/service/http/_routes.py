@@ -6,19 +6,27 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Header, Path, Query, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.responses import StreamingResponse
 
 from steerable.service import Service
 from steerable.service._service import MAX_ID, MAX_PAGE
 from steerable.service.http import _models as m
 from steerable.service.http._live import LiveFeed
-from steerable.service.http._problems import Problem, ProblemError, problem, tenant_of
+from steerable.service.http._problems import (
+    Problem,
+    ProblemError,
+    field_name,
+    problem,
+    tenant_of,
+)
 from steerable.service.http._sse import stream
 from steerable.service_store import Accepted, InputKind
 
-__all__ = ["Context", "add_routes"]
+__all__ = ["Context", "add_routes", "known_query"]
 
-MAX_AFTER = 2**62
+MAX_AFTER = 2**62 - 1
+"""The largest ``after`` a route takes: the stores' positions and event ids stay below 2^62."""
 MAX_WAIT = 60.0
 
 
@@ -28,11 +36,36 @@ def _problems(bearer: bool, *statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": Problem, "description": "a problem"} for s in listed}
 
 
-Sid = Annotated[str, Path(min_length=1, max_length=MAX_ID, description="the session's id")]
+Sid = Annotated[
+    str, Path(min_length=1, max_length=MAX_ID, pattern=m.NO_NUL, description="the session's id")
+]
+Id = Annotated[str, Path(min_length=1, max_length=MAX_ID, pattern=m.NO_NUL)]
 Key = Annotated[
     str | None,
     Header(alias="Idempotency-Key", min_length=1, max_length=MAX_ID, description="the input id"),
 ]
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {field.alias for field in dependant.query_params}
+    for inner in dependant.dependencies:
+        names |= _query_names(inner)
+    return names
+
+
+async def known_query(request: Request) -> None:
+    """422 for a query parameter the route does not take: refused, as an unknown body field
+    is, rather than dropped unread (a misspelt ``limt=5`` would silently be 100)."""
+    dependant: Dependant | None = getattr(request.scope.get("route"), "dependant", None)
+    known = set() if dependant is None else _query_names(dependant)
+    for name in request.query_params:
+        if name not in known:
+            raise ProblemError(
+                422,
+                "invalid_request",
+                f"query.{field_name(name)}: is not a parameter of this route"
+                " (unknown parameters are refused)",
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,11 +106,10 @@ class Context:
     ) -> Accepted:
         """Send or steer ``body``, idempotently: the same id with another body is 409."""
         if body.id is not None and key is not None and body.id != key:
+            # 409, not 422: each is valid alone, and together they name two inputs
             raise ProblemError(
-                422, "invalid_request", "the body's id and the Idempotency-Key differ"
+                409, "idempotency_conflict", "the body's id and the Idempotency-Key differ"
             )
-        if "\x00" in body.text:  # one rule on every store: some cannot hold NUL in text
-            raise ProblemError(422, "invalid_request", "an input's text has no NUL")
         id = body.id if body.id is not None else key
         verb = self.service.send if kind == "send" else self.service.steer
         accepted = await verb(session, body.text, id=id)
@@ -173,7 +205,9 @@ def _sessions(app: FastAPI, context: Context, bearer: bool) -> None:
     async def sessions(
         request: Request,
         state: Literal["idle", "running", "queued"] | None = None,
-        after: Annotated[str | None, Query(min_length=1, max_length=MAX_ID)] = None,
+        after: Annotated[
+            str | None, Query(min_length=1, max_length=MAX_ID, pattern=m.NO_NUL)
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> m.SessionsPage:
         """The tenant's sessions in id order, each with its state; page with ``after``."""
@@ -231,7 +265,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
     async def turn(
         request: Request,
         sid: Sid,
-        tid: Annotated[str, Path(min_length=1, max_length=MAX_ID)],
+        tid: Id,
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False)] = 0,
     ) -> m.TurnOut:
         """The turn ``tid`` with its output; ``wait`` seconds (up to 60) for it to end."""
@@ -250,9 +284,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
         responses=_problems(bearer, 404),
         tags=["views"],
     )
-    async def input(
-        request: Request, sid: Sid, id: Annotated[str, Path(min_length=1, max_length=MAX_ID)]
-    ) -> m.InputOut:
+    async def input(request: Request, sid: Sid, id: Id) -> m.InputOut:
         """An input's fate: waiting, taken (by which turn, at which step), or a turn."""
         view = await service.input(context.session(request, sid), id)
         if view is None:
@@ -295,8 +327,7 @@ def _events(app: FastAPI, context: Context, bearer: bool) -> None:
         """The session's events as SSE, after ``Last-Event-ID`` (or ``after``)."""
         session = context.session(request, sid)
         start = int(last_event_id) if last_event_id is not None else (after or 0)
-        if start > MAX_AFTER:
-            raise ProblemError(422, "invalid_request", "Last-Event-ID is too large")
+        start = min(start, MAX_AFTER)  # beyond every event whatever its size: a refetch
         await context.known(session)
         frames = stream(
             context.service,

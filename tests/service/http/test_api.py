@@ -197,11 +197,12 @@ async def test_the_same_key_with_another_body_is_409(
     assert fate["text"] == "once" and fate["kind"] == "send"
 
 
-async def test_a_body_id_and_another_key_is_422(client: httpx.AsyncClient) -> None:
+async def test_a_body_id_and_another_key_is_409(client: httpx.AsyncClient) -> None:
+    """Each is valid alone (the schema allows both): together they name two inputs."""
     answer = await client.post(
         "/v1/sessions/s/messages", json={"text": "t", "id": "a"}, headers={"Idempotency-Key": "b"}
     )
-    is_problem(answer, 422, "invalid_request")
+    is_problem(answer, 409, "idempotency_conflict")
     is_problem(await client.get("/v1/sessions/s"), 404, "session_not_found")
 
 
@@ -299,14 +300,6 @@ async def test_bad_input_is_a_4xx_problem(
     answer = await client.request(method, path, **options)
     assert 400 <= answer.status_code < 500, answer.text
     is_problem(answer, answer.status_code)
-
-
-async def test_unknown_fields_are_ignored(client: httpx.AsyncClient) -> None:
-    answer = await client.post(
-        "/v1/sessions/s/messages", json={"text": "hi", "id": "u", "priority": 9}
-    )
-    assert answer.status_code == 202
-    assert answer.json()["id"] == "u"
 
 
 # -- the body's bound ------------------------------------------------------------------------
