@@ -132,12 +132,17 @@ def add_routes(app: FastAPI, context: Context, *, bearer: bool) -> None:
 
 
 def _health(app: FastAPI, context: Context) -> None:
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], operation_id="check_liveness")
     async def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], responses={503: {"model": Problem}})
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        responses={503: {"model": Problem}},
+        operation_id="check_readiness",
+    )
     async def readyz() -> Any:
         """Readiness: the store answers a read."""
         try:
@@ -154,6 +159,7 @@ def _inputs(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.post(
         "/v1/sessions/{sid}/messages",
+        operation_id="send",
         status_code=202,
         response_model=m.Sent,
         responses=_problems(bearer, 409, 413),
@@ -167,6 +173,7 @@ def _inputs(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.post(
         "/v1/sessions/{sid}/steers",
+        operation_id="steer",
         status_code=202,
         response_model=m.Steered,
         responses=_problems(bearer, 409, 413),
@@ -179,6 +186,7 @@ def _inputs(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.post(
         "/v1/sessions/{sid}/stop",
+        operation_id="stop",
         status_code=202,
         response_model=m.Stopped,
         responses=_problems(bearer, 404, 413),
@@ -200,7 +208,11 @@ def _sessions(app: FastAPI, context: Context, bearer: bool) -> None:
     service = context.service
 
     @app.get(
-        "/v1/sessions", response_model=m.SessionsPage, responses=_problems(bearer), tags=["views"]
+        "/v1/sessions",
+        operation_id="list_sessions",
+        response_model=m.SessionsPage,
+        responses=_problems(bearer),
+        tags=["views"],
     )
     async def sessions(
         request: Request,
@@ -219,6 +231,7 @@ def _sessions(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.get(
         "/v1/sessions/{sid}",
+        operation_id="get_status",
         response_model=m.StatusOut,
         responses=_problems(bearer, 404),
         tags=["views"],
@@ -238,6 +251,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.get(
         "/v1/sessions/{sid}/transcript",
+        operation_id="get_transcript",
         response_model=m.TranscriptPage,
         responses=_problems(bearer, 404),
         tags=["views"],
@@ -258,6 +272,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.get(
         "/v1/sessions/{sid}/turns/{tid}",
+        operation_id="get_turn",
         response_model=m.TurnOut,
         responses=_problems(bearer, 404),
         tags=["views"],
@@ -280,6 +295,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
 
     @app.get(
         "/v1/sessions/{sid}/inputs/{id}",
+        operation_id="get_input",
         response_model=m.InputOut,
         responses=_problems(bearer, 404),
         tags=["views"],
@@ -312,6 +328,7 @@ SSE: dict[int | str, dict[str, Any]] = {
 def _events(app: FastAPI, context: Context, bearer: bool) -> None:
     @app.get(
         "/v1/sessions/{sid}/events",
+        operation_id="follow_events",
         response_class=StreamingResponse,
         responses={**_problems(bearer, 404), **SSE},
         tags=["events"],

@@ -452,6 +452,31 @@ async def test_the_schema_describes_every_route_its_problems_and_the_stream() ->
     assert schema["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
 
 
+async def test_each_operation_has_the_name_a_generated_client_would_want() -> None:
+    app = create_app(Service(MemoryStore()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+        schema = (await http.get("/openapi.json")).json()
+    names = {
+        f"{method.upper()} {path}": operation["operationId"]
+        for path, methods in schema["paths"].items()
+        for method, operation in methods.items()
+    }
+    assert names == {
+        "GET /healthz": "check_liveness",
+        "GET /readyz": "check_readiness",
+        "POST /v1/sessions/{sid}/messages": "send",
+        "POST /v1/sessions/{sid}/steers": "steer",
+        "POST /v1/sessions/{sid}/stop": "stop",
+        "GET /v1/sessions": "list_sessions",
+        "GET /v1/sessions/{sid}": "get_status",
+        "GET /v1/sessions/{sid}/transcript": "get_transcript",
+        "GET /v1/sessions/{sid}/turns/{tid}": "get_turn",
+        "GET /v1/sessions/{sid}/inputs/{id}": "get_input",
+        "GET /v1/sessions/{sid}/events": "follow_events",
+    }
+
+
 async def test_without_tokens_the_schema_lists_no_401_and_no_bearer() -> None:
     app = create_app(Service(MemoryStore()))
     transport = httpx.ASGITransport(app=app)
