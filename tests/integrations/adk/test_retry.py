@@ -39,9 +39,6 @@ from steerable.integrations.adk import SteerableSessionService
 from steerable.stores.url import open_url
 from tests.integrations.adk.crashing_run import ADDRESS, PROMPT, retry
 from tests.integrations.adk.scripted import problems, recorded, texts_of
-from tests.integrations.pydantic_ai.conftest import store_url
-
-__all__ = ["store_url"]
 
 ROOT = Path(__file__).resolve().parents[3]
 STEER = "skip friday"
