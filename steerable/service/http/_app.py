@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from steerable.errors import UsageError
 from steerable.service import Service
 from steerable.service._service import MAX_TEXT
+from steerable.service.http._edge import HeadAsGet, TrailingSlash, check_origins, cors_options
 from steerable.service.http._live import LiveFeed, LocalLive
 from steerable.service.http._problems import (
     BearerGate,
@@ -56,6 +58,7 @@ def create_app(
     keepalive: float = 15.0,
     poll: float = 0.5,
     max_body: int = MAX_BODY,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The HTTP API over ``service``, as a FastAPI app.
 
@@ -67,10 +70,14 @@ def create_app(
     (``service.serving()``). Event streams send a keep-alive comment after ``keepalive``
     seconds of silence and read the store at most ``poll`` seconds apart. A request body
     over ``max_body`` bytes is 413 ``too_large``, refused before the rest of it is read.
+    ``cors_origins`` lists the origins (``https://app.example``; ``["*"]``: any) whose pages
+    may call the API from a browser; none by default (CORS off). HEAD is answered wherever
+    GET is, and a path with a trailing slash is redirected (307) to the one without.
     """
     if not isinstance(service, Service):
         raise UsageError(f"create_app takes a steerable.service.Service, not {service!r}")
     checked = check_tokens(tokens, allow_tenantless)
+    origins = check_origins(cors_origins)
     feed = LocalLive() if live is None else live
     if not isinstance(feed, LiveFeed):
         raise UsageError(f"`live` has no sink, subscribe and running: {live!r}")
@@ -92,6 +99,7 @@ def create_app(
         version="1",
         lifespan=lifespan,
         dependencies=[Depends(known_query)],
+        redirect_slashes=False,  # TrailingSlash redirects, with a relative Location
     )
     app.state.service = service
     app.state.live = feed
@@ -99,5 +107,9 @@ def create_app(
     add_routes(app, context, bearer=bool(checked))
     app.add_middleware(BodyLimit, max_body=max_body)  # inside the gate: 401 comes first
     app.add_middleware(BearerGate, tokens=checked)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(TrailingSlash)
+    if origins:  # outermost: a preflight is answered before the gate, a 401 gets its headers
+        app.add_middleware(CORSMiddleware, **cors_options(origins))
     refine_schema(app, bearer=bool(checked), room=sid_room(list(checked.values())))
     return app

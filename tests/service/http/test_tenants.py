@@ -169,6 +169,8 @@ async def test_a_mounted_app_gates_and_serves_its_routes(
         assert (await ended(http, "s", "s"))["state"] == "completed"
         status = await http.get("/v1/sessions/s")
         assert status.status_code == 200 and status.json()["session"] == "s"
+        moved = await http.get("/v1/sessions/s/")  # redirected under the mount's prefix
+        assert (moved.status_code, moved.headers["location"]) == (307, "/api/v1/sessions/s")
         http.headers.pop("Authorization")
         is_problem(await http.get("/v1/sessions/s"), 401, "unauthorized")
         is_problem(await http.get("/v1/sessions/s", headers=B), 404, "session_not_found")
