@@ -123,6 +123,8 @@ class Event:
     the same from every replica). ``delta`` (live text, ``data`` {turn, text}) has ``id``
     None and is never replayed; ``refetch`` (``data`` {last}) says the id resumed from is
     beyond the session's last: read the views again, the stream goes on after ``last``.
+    (The server's ``unavailable``, sent as a stream ends because the store failed, is not
+    yielded: :meth:`Client.events` reconnects, as after a drop.)
     """
 
     kind: str
@@ -309,6 +311,8 @@ class Client:
             try:
                 async for event in self._stream(session, last, read_timeout):
                     failures = 0
+                    if event.kind == "unavailable":  # the store failed: the stream ends
+                        continue  # and is reconnected, as after a drop
                     if event.kind == "refetch":  # we were beyond the last: go on from it
                         stored = event.data.get("last", event.id)
                         last = stored if isinstance(stored, int) else event.id

@@ -10,17 +10,23 @@ which carry no id: they are never replayed. A comment line keeps idle connection
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
+from steerable.errors import StoreUnavailable
 from steerable.service import Service
 from steerable.service._service import MAX_PAGE
 from steerable.service.http._live import Delta, LiveFeed
 from steerable.service.http._models import event_out
 from steerable.service_store import ServiceEvent
 
-__all__ = ["delta_frame", "event_frame", "last_event", "stream"]
+__all__ = ["delta_frame", "event_frame", "last_event", "stream", "unavailable_frame"]
 
+log = logging.getLogger("steerable.service.http")
+
+RETRY_MS = 1000
+"""How long a client waits before it reconnects after an ``unavailable`` frame."""
 FIRST_POLL = 0.05
 """The first pause between two reads of the store once nothing new came; it doubles."""
 
@@ -76,8 +82,36 @@ async def stream(
 ) -> AsyncIterator[str]:
     """The frames of ``session``'s stream after event ``after``, until the client leaves.
 
-    A store that fails ends the stream (the client reconnects with its ``Last-Event-ID``).
+    A store that fails ends the stream cleanly: one ``unavailable`` frame (with ``retry``:
+    reconnect in a second, with ``Last-Event-ID``) and one line in the log, rather than an
+    answer cut in the middle and the server's traceback ("response already started").
     """
+    frames = _frames(service, live, session, after, keepalive=keepalive, poll=poll)
+    try:
+        async for frame in frames:
+            yield frame
+    except StoreUnavailable as exc:
+        log.warning("an event stream of %r ended: the store is unavailable: %s", session, exc)
+        yield unavailable_frame()
+    finally:
+        await frames.aclose()
+
+
+def unavailable_frame() -> str:
+    """The last frame of a stream the store failed under: reconnect (in ``retry`` ms)."""
+    data = {"code": "store_unavailable", "detail": "the store is unavailable; reconnect"}
+    return f"retry: {RETRY_MS}\nevent: unavailable\ndata: {json.dumps(data)}\n\n"
+
+
+async def _frames(
+    service: Service,
+    live: LiveFeed,
+    session: str,
+    after: int,
+    *,
+    keepalive: float,
+    poll: float,
+) -> AsyncGenerator[str, None]:
     async with live.subscribe(session) as deltas:
         if await beyond(service, session, after):
             after = await last_event(service, session)
