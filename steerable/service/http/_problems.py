@@ -178,7 +178,11 @@ def install_handlers(app: FastAPI) -> None:
         detail = exc.detail if isinstance(exc.detail, str) else "error"
         if exc.status_code == 400:  # FastAPI's "error parsing the body": bad input like any
             return problem(422, "invalid_request", detail)
-        return problem(exc.status_code, None, detail, exc.headers)
+        headers = dict(exc.headers or {})
+        allow = headers.get("Allow", "")
+        if "GET" in allow.split(", ") and "HEAD" not in allow:
+            headers["Allow"] = f"{allow}, HEAD"  # HeadAsGet answers HEAD wherever GET is
+        return problem(exc.status_code, None, detail, headers)
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unexpected error on %s", request.url.path, exc_info=exc)
