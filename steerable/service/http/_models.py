@@ -42,9 +42,9 @@ __all__ = [
 
 NO_NUL = r"^[^\x00]+$"
 """The pattern of an id in the schema: no NUL (the stores cannot all hold it)."""
-TEXT = r"^[^\x00]*\S[^\x00]*$"
-"""The pattern of an input's text in the schema: no NUL, and not only whitespace (``\\S`` as
-Python's ``re`` reads it: what ``str.strip`` keeps, which is what the service checks)."""
+TEXT = r"^[^\x00]*[^\x00\s][^\x00]*$"
+"""The pattern of an input's text in the schema: no NUL, and not only whitespace (``\\s`` as
+Python's ``re`` reads it: what ``str.strip`` removes, which is what the service checks)."""
 
 _BODY = ConfigDict(extra="forbid")  # an unknown field is refused, never dropped unread
 

@@ -311,7 +311,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
 _FRAME = {  # one SSE event (OpenAPI 3.2's itemSchema; also the schema, for 3.1 tools)
     "type": "object",
     "properties": {
-        "event": {"type": "string", "description": "the kind, or delta, or refetch"},
+        "event": {"type": "string", "description": "the kind, or delta, refetch, unavailable"},
         "id": {"type": "string", "description": "the durable event's id (none on a delta)"},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "retry": {"type": "integer"},

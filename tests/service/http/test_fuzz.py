@@ -2,8 +2,9 @@
 
 ``scripts/fuzz_api.py`` generates requests for every route of ``/openapi.json``, valid
 (``positive``) and invalid (``negative``), sent with the tenant's token (and some without):
-every answer must be no 5xx, have a status the schema documents for its route, and a body
-and content type that conform to the schema. Here it makes a few hundred requests; the
+every answer must pass every check schemathesis has: no 5xx, a status the schema documents
+for its route, a body and content type that conform to it, what the schema allows accepted
+and what it does not refused. Here it makes a few hundred requests; the
 long run is the same script with ``--examples 2000`` (docs/http.md, "Fuzzing").
 """
 
@@ -53,6 +54,9 @@ def test_every_route_answers_as_documented_never_5xx(server: tuple[Served, str])
     assert done.returncode == 0, f"{done.stderr}\n{done.stdout}\n{served.text()[-3000:]}"
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     assert counts["failures"] == 0
+    assert {"positive_data_acceptance", "negative_data_rejection", "not_a_server_error"} <= set(
+        counts["checks"]
+    )
     # Every operation of the schema was fuzzed, valid requests and invalid ones.
     routes = counts["routes"]
     for operation in ("POST /v1/sessions/{sid}/messages", "GET /v1/sessions/{sid}/events"):
