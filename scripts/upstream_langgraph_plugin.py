@@ -192,7 +192,7 @@ def _patch_backends() -> None:
         memory.InMemorySaver = _memory_class()  # type: ignore[misc]
     sqlite.SqliteSaver = _SqliteSaver  # type: ignore[misc,assignment]
     sqlite_aio.AsyncSqliteSaver = _AsyncSqliteSaver  # type: ignore[misc,assignment]
-    postgres_aio.AsyncPostgresSaver = _AsyncPostgresSaver  # type: ignore[misc,assignment]
+    postgres_aio.AsyncPostgresSaver = _AsyncPostgresSaver  # type: ignore[misc,assignment,unused-ignore]  # (no stubs without the bench extra)
 
 
 if TARGET not in ("steerable", "memory", "own"):
