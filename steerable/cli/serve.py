@@ -73,6 +73,7 @@ class ServeOptions:
     grace: float = 5.0
     error_detail: bool = False
     model: ProviderModel | None = None
+    cors_origins: tuple[str, ...] = ()
 
 
 class CannotStart(Exception):
@@ -123,6 +124,7 @@ def _options(args: argparse.Namespace) -> ServeOptions:
             raise UsageError(f"{flag} is a number of seconds > 0, not {value}")
     agent, model = agent_of(args)
     return ServeOptions(
+        cors_origins=_origins(args.cors_origin or []),
         store=args.store,
         agent=agent,
         host=host,
@@ -135,6 +137,19 @@ def _options(args: argparse.Namespace) -> ServeOptions:
         error_detail=args.error_detail,
         model=model,
     )
+
+
+def _origins(flags: list[str]) -> tuple[str, ...]:
+    if not flags:
+        return ()
+    from steerable.service.http._edge import check_origins
+
+    try:
+        return tuple(check_origins(flags))
+    except UsageError:
+        raise UsageError(
+            "--cors-origin is an origin, scheme://host[:port] with no path (or * alone for any)"
+        ) from None
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -207,7 +222,9 @@ async def _serve(options: ServeOptions) -> int:
             error_detail=options.error_detail,
         )
         # The app's lifespan serves turns (service.serving()) and runs the live feed.
-        streams = EndingStreams(create_app(service, tokens=options.tokens, live=feed))
+        streams = EndingStreams(
+            create_app(service, tokens=options.tokens, live=feed, cors_origins=options.cors_origins)
+        )
         config = uvicorn_config(streams, options)
         server = Server(config, streams)
         await server.serve()
@@ -298,6 +315,13 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         action="store_true",
         help="tell the tenant a failed turn's own error text (for development; by default a"
         " code and a safe line, the text going to the log)",
+    )
+    run.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="let browser pages of ORIGIN (https://app.example) call the API; repeat for more,"
+        " or * for any (default: none)",
     )
     run.set_defaults(handler=serve)
     _short_errors(run, "serve")

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 
 from steerable.cli.serve import load_tokens
@@ -160,6 +161,7 @@ async def empty_postgres() -> AsyncIterator[str]:
         (["serve", "--store", "sqlite:///x.db", "--host", "0.0.0.0"], "--insecure-no-auth"),
         (["serve", "--store", "sqlite:///x.db", "--tokens", "/no/such/file"], "cannot read"),
         (["serve", "--store", "sqlite:///x.db", "--lease", "0"], "--lease"),
+        (["serve", "--store", "sqlite:///x.db", "--cors-origin", "https://a.example/"], "--cors"),
         (["migrate", "--store", "nosuch://x"], "unknown store scheme"),
         (["migrate"], "required: --store"),
     ],
@@ -220,6 +222,29 @@ async def test_serve_on_sqlite_answers_a_turn_with_the_demo_agent(
     # SIGTERM: a clean shutdown (uvicorn raises the signal again once it is done)
     assert server.kill() in (0, -signal.SIGTERM)
     assert "Application shutdown complete" in server.text()
+
+
+async def test_cors_origin_lets_the_pages_of_that_origin_call_the_api(
+    tmp_path: Path, served: list[Served]
+) -> None:
+    page, other = "https://app.example", "https://elsewhere.example"
+    store = f"sqlite:///{tmp_path / 'cors.db'}"
+    server = serve(served, store, "--cors-origin", page, log=tmp_path / "serve.log")
+    preflight = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type",
+    }
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        allowed = await http.options(
+            "/v1/sessions/s/messages", headers={**preflight, "Origin": page}
+        )
+        refused = await http.options(
+            "/v1/sessions/s/messages", headers={**preflight, "Origin": other}
+        )
+        read = await http.get("/healthz", headers={"Origin": page})
+    assert allowed.headers.get("access-control-allow-origin") == page
+    assert "access-control-allow-origin" not in refused.headers
+    assert read.headers.get("access-control-allow-origin") == page
 
 
 async def test_serve_runs_the_agent_agent_names(tmp_path: Path, served: list[Served]) -> None:
