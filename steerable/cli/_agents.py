@@ -41,24 +41,10 @@ def load_agent(spec: str) -> Agent:
     The attribute is an agent (``run_turn`` and ``steers_per_turn``), or a function of no
     arguments that makes one.
     """
-    from steerable.cli.chat import _import
+    from steerable.cli.chat import import_attribute
 
-    where, colon, name = spec.rpartition(":")
-    if not colon or not where or not name:
-        raise UsageError(
-            f"--agent takes module:attribute or file.py:attribute, like"
-            f" examples.agents.two_tools:AGENT, not {spec!r}"
-        )
-    try:
-        module = _import(where)
-    except Exception as exc:  # the user's module: what it raised, in one line
-        raise UsageError(
-            f"--agent {spec}: cannot import {where!r}: {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        value: Any = getattr(module, name)
-    except AttributeError:
-        raise UsageError(f"--agent {spec}: {where!r} has no attribute {name!r}") from None
+    shape = "module:attribute or file.py:attribute, like examples.agents.two_tools:AGENT"
+    value: Any = import_attribute(spec, "--agent", shape)
     if not _is_agent(value) and callable(value):
         try:
             value = value()

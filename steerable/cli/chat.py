@@ -87,26 +87,30 @@ def load_tools(spec: str) -> list[Tool | ToolFunction]:
 
     The attribute is a tool, a function, or a list of them.
     """
-    where, colon, name = spec.rpartition(":")
-    if not colon or not where or not name:
-        raise UsageError(
-            f"--tools takes module:attribute, like examples.tools.slow:TOOLS, not {spec!r}"
-        )
-    try:
-        module = _import(where)
-    except Exception as exc:  # the user's module: what it raised, in one line
-        raise UsageError(
-            f"--tools {spec}: cannot import {where!r}: {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        value = getattr(module, name)
-    except AttributeError:
-        raise UsageError(f"--tools {spec}: {where!r} has no attribute {name!r}") from None
+    value = import_attribute(spec, "--tools", "module:attribute, like examples.tools.slow:TOOLS")
     items = list(value) if isinstance(value, list | tuple) else [value]
     for item in items:
         if not isinstance(item, Tool) and not callable(item):
             raise UsageError(f"--tools {spec}: {item!r} is not a tool or a function")
     return items
+
+
+def import_attribute(spec: str, flag: str, shape: str) -> Any:
+    """The attribute ``module:attribute`` names (a dotted module or a ``.py`` path), or a
+    :class:`UsageError` in one line naming ``flag``; ``shape`` says what the flag takes."""
+    where, colon, name = spec.rpartition(":")
+    if not colon or not where or not name:
+        raise UsageError(f"{flag} takes {shape}, not {spec!r}")
+    try:
+        module = _import(where)
+    except Exception as exc:  # the user's module: what it raised, in one line
+        raise UsageError(
+            f"{flag} {spec}: cannot import {where!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise UsageError(f"{flag} {spec}: {where!r} has no attribute {name!r}") from None
 
 
 def _import(where: str) -> Any:
