@@ -5,12 +5,20 @@ number of replicas that share one database. Everything it must agree on lives in
 store, behind :class:`ServiceStore`, next to the transcript of :class:`steerable.Store`
 (a backend implements both, over one database):
 
-- **Inputs.** ``enqueue`` records a *send* or a *steer* with an id, in one per-session order
-  of arrival (``seq`` 1, 2, ...). An id the session has seen is the same input: nothing
-  changes and the first answer is given again (``Accepted.duplicate``). A steer that
-  arrives while a turn runs, that turn is not stopping, takes steers and has been offered
-  fewer than its ``cap`` is *offered* to it (``Accepted.turn``); any other input waits to be
-  a turn of its own (``turn`` None).
+- **Inputs.** ``enqueue`` records a *send* or a *steer* with an id (and its metadata), in
+  one per-session order of arrival (``seq`` 1, 2, ...). An id the session has seen is the
+  same input: nothing changes, no condition is checked again, and the first answer is
+  given again (``Accepted.duplicate``). A steer is *offered* (``Accepted.turn``) to the
+  turn that has *started*: the running turn when one runs (unless it is stopping or has
+  been offered its ``cap``), else the turn of the first input waiting to be a turn (it is
+  at the head of the queue: the next claim starts it, and its first step takes the
+  steer). Any other input waits to be a turn of its own (``turn`` None). Conditions, each
+  checked in the same atomic operation and refused whole: ``if_idle`` refuses
+  (:class:`~steerable.errors.SessionNotIdle`) unless no turn runs and no input waits;
+  ``expected_turn`` refuses (:class:`~steerable.errors.TurnMismatch`) unless the steer is
+  offered to that turn; ``max_waiting`` refuses (:class:`~steerable.errors.QueueFull`)
+  when that many inputs wait already. ``cancel`` takes back a waiting input: it is never
+  a turn and never taken.
 - **Turns.** A turn is named by its prompt: the turn whose prompt is input ``x`` has id
   ``x``. ``claim`` starts the next turn of a session that has work and no live lease: its
   prompt is the waiting input that came first and no running turn was offered. A claim of
@@ -25,14 +33,20 @@ store, behind :class:`ServiceStore`, next to the transcript of :class:`steerable
   (a :class:`~steerable.errors.TranscriptConflict` otherwise), then takes up to ``take``
   of the steers offered to the turn, in order, and records each as a steered user message
   after them; one atomic operation. A turn whose stop was asked takes none.
-- **Ends.** ``end_turn`` records the turn's outcome once, frees the steers offered to it
-  that it never took (each is then a turn of its own, in its place in the order: before
-  anything sent after it) and releases the lease, in one atomic operation.
-- **Stop.** ``stop`` marks the running turn; its holder learns it from ``renew`` (or from a
-  :class:`Hint`, where the store notifies) and ends the turn ``stopped``.
-- **Views and events.** ``status``, ``input``, ``turn``, ``transcript`` read what the
-  writes above recorded; every write also appends durable :class:`ServiceEvent` rows with
-  per-session ids 1, 2, ... that are the same read from any replica.
+- **Ends.** ``end_turn`` records the turn's outcome (and its usage) once, frees the steers
+  offered to it that it never took (each is then a turn of its own, in its place in the
+  order: before anything sent after it; the ``turn_ended`` event lists them as
+  ``released``) and releases the lease, in one atomic operation.
+- **Stop.** ``stop`` marks the running turn; its holder learns it from ``stopping`` (a
+  cheap read it polls), ``renew``, or a :class:`Hint` where the store notifies, and ends
+  the turn ``stopped``.
+- **Views and events.** ``status``, ``input``, ``inputs``, ``turn``, ``turns``,
+  ``transcript`` read what the writes above recorded, each bounded by a ``limit``; every
+  write also appends durable :class:`ServiceEvent` rows with per-session ids 1, 2, ...
+  that are the same read from any replica. Inputs, turns and messages carry the database
+  clock's time they were recorded (seconds since the Unix epoch).
+- **Metadata.** An input's ``metadata`` and a session's (``set_metadata``) are small JSON
+  objects kept as they were given and returned by the views.
 
 A session nobody wrote to has an empty status, no inputs, no events: not an error. The
 store trusts its arguments' types; :class:`steerable.service.Service` checks them.
@@ -57,15 +71,25 @@ EndState = Literal["completed", "stopped", "failed", "max_steps"]
 TurnState = Literal["queued", "running", "completed", "stopped", "failed", "max_steps"]
 """A turn's state: ``queued`` (its prompt waits), ``running``, then how it ended."""
 
-InputState = Literal["waiting", "taken", "prompt"]
-"""An input's fate: still waiting, taken by a turn at a step, or the prompt of a turn."""
+InputState = Literal["waiting", "taken", "prompt", "cancelled"]
+"""An input's fate: still waiting, taken by a turn at a step, the prompt of a turn, or
+cancelled while it waited."""
 
 EventKind = Literal[
-    "input", "turn_started", "holder", "step", "steers_taken", "message", "stop", "turn_ended"
+    "input",
+    "turn_started",
+    "holder",
+    "step",
+    "steers_taken",
+    "message",
+    "stop",
+    "turn_ended",
+    "cancelled",
 ]
 """The kinds of durable events (see :class:`ServiceEvent`)."""
 
 END_STATES: tuple[EndState, ...] = ("completed", "stopped", "failed", "max_steps")
+INPUT_STATES: tuple[InputState, ...] = ("waiting", "taken", "prompt", "cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +99,8 @@ class Input:
     kind: InputKind
     text: str
     id: str = field(default_factory=new_id)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """A small JSON object kept with the input and returned by the views (``{}``: none)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("send", "steer"):
@@ -83,6 +109,8 @@ class Input:
             raise UsageError(f"an input's text is a non-empty str, not {self.text!r}")
         if not isinstance(self.id, str) or not self.id or "\x00" in self.id:
             raise UsageError(f"an input id is a non-empty str without NUL, not {self.id!r}")
+        if not isinstance(self.metadata, dict):
+            raise UsageError(f"an input's metadata is a dict, not {type(self.metadata).__name__}")
 
     def message(self, *, steered: bool) -> Message:
         """The user message that records this input in the transcript, under its id."""
@@ -156,6 +184,9 @@ class Outcome:
     state: EndState
     text: str = ""
     error: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    """The turn's token usage, summed over its model requests (``input_tokens``,
+    ``output_tokens``...; ``{}``: not known)."""
 
     def __post_init__(self) -> None:
         if self.state not in END_STATES:
@@ -168,7 +199,10 @@ class TurnView:
 
     ``holder``, ``epoch`` and ``lease_expires_at`` describe the lease while it runs (None
     otherwise); ``start`` and ``end`` bound its messages in the transcript (``end`` None
-    until it ended); ``text`` and ``error`` are its outcome's.
+    until it ended); ``text``, ``error`` and ``usage`` are its outcome's. ``seq`` is its
+    prompt's place in the order of arrival (turns start in that order: the key that pages
+    :meth:`ServiceStore.turns`); ``started_at`` and ``ended_at`` the database clock's times
+    of its first claim and of its end. A ``queued`` turn has only its id, state and seq.
     """
 
     id: str
@@ -183,6 +217,10 @@ class TurnView:
     end: int | None = None
     text: str = ""
     error: str | None = None
+    seq: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+    usage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +229,9 @@ class InputView:
 
     ``state`` ``waiting``: ``turn`` is the running turn it was offered to, or None (it will be
     a turn of its own). ``taken``: taken by ``turn`` at its step ``step``. ``prompt``: it is the
-    prompt of ``turn`` (its own id).
+    prompt of ``turn`` (its own id). ``cancelled``: taken back while it waited (``turn``
+    None). ``at`` is the database clock's time it arrived; ``metadata`` is what it was sent
+    with.
     """
 
     id: str
@@ -201,16 +241,22 @@ class InputView:
     state: InputState
     turn: str | None = None
     step: int | None = None
+    at: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Status:
-    """A session now: its running turn, the inputs waiting, and how many wait to be turns."""
+    """A session now: its running turn, the first inputs waiting (up to the view's limit,
+    in their order), how many inputs wait in all (``waiting_total``) and how many of them
+    wait to be turns (``queued``), and the session's metadata."""
 
     session: str
     turn: TurnView | None
     waiting: list[InputView]
     queued: int
+    waiting_total: int
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +266,8 @@ class Entry:
     position: int
     message: Message
     turn: str | None
+    at: float | None = None
+    """The database clock's time the message was stored (None where a store kept none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +278,10 @@ class ServiceEvent:
     messages: read those from the transcript. The kinds and their ``data``:
     ``input`` {id, kind, turn}; ``turn_started`` {epoch, holder, resumed};
     ``holder`` {holder, epoch}; ``step`` {step, length}; ``steers_taken`` {ids, step};
-    ``message`` {position, id, role, steered}; ``stop`` {}; ``turn_ended`` {state}.
+    ``message`` {position, id, role, steered}; ``stop`` {}; ``turn_ended`` {state,
+    released}: ``released`` the ids of the steers offered to the turn that it never took,
+    now each waiting to be a turn of its own; ``cancelled`` {id, released}: the steers
+    offered to a cancelled head of the queue, freed with it.
     ``turn`` is the turn the event is about (None for an input that waits to be one).
     """
 
@@ -248,13 +299,15 @@ SessionState = Literal["idle", "running", "queued"]
 @dataclass(frozen=True, slots=True)
 class SessionSummary:
     """A session in a listing: its state, its running turn, how many inputs wait to be turns,
-    and the time of its last event (database clock, seconds since the Unix epoch)."""
+    the time of its last event (database clock, seconds since the Unix epoch) and its
+    metadata."""
 
     session: str
     state: SessionState
     turn: str | None
     queued: int
     updated_at: float
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,8 +326,35 @@ class Hint:
 class ServiceStore(Protocol):
     """The service's tables of a backend; see the module docstring for the promises."""
 
-    async def enqueue(self, session: str, input: Input) -> Accepted:
-        """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
+    async def enqueue(
+        self,
+        session: str,
+        input: Input,
+        *,
+        if_idle: bool = False,
+        expected_turn: str | None = None,
+        max_waiting: int | None = None,
+    ) -> Accepted:
+        """Record ``input`` in the session's order of arrival; an id seen before is a no-op.
+
+        Refused whole, nothing recorded: :class:`~steerable.errors.SessionNotIdle` when
+        ``if_idle`` and a turn runs or an input waits; :class:`~steerable.errors.TurnMismatch`
+        when ``expected_turn`` is given and the steer would not be offered to that turn;
+        :class:`~steerable.errors.QueueFull` when ``max_waiting`` inputs wait already.
+        """
+        ...
+
+    async def cancel(self, session: str, id: str) -> InputView | None:
+        """Take back the waiting input ``id`` (it becomes ``cancelled``); its view after.
+
+        An input that was taken or became a prompt is unchanged (its view says so); a
+        cancelled one stays so; None if the session never had it.
+        """
+        ...
+
+    async def stopping(self, holder: str) -> list[str]:
+        """The sessions ``holder`` holds whose running turn was asked to stop: a cheap read
+        a replica polls, so a stop reaches it well within a second without notifications."""
         ...
 
     async def claim(
@@ -305,8 +385,22 @@ class ServiceStore(Protocol):
         """Ask the running turn to stop; its id, or None when no turn runs."""
         ...
 
-    async def status(self, session: str) -> Status:
-        """The session's running turn, waiting inputs and queue length."""
+    async def status(self, session: str, *, limit: int = 100) -> Status:
+        """The session's running turn, its first ``limit`` waiting inputs, and the counts."""
+        ...
+
+    async def inputs(
+        self, session: str, *, after: int, limit: int, state: InputState | None = None
+    ) -> list[InputView]:
+        """Up to ``limit`` inputs with ``seq`` > ``after`` in order (only ``state``, if given)."""
+        ...
+
+    async def turns(self, session: str, *, after: int, limit: int) -> list[TurnView]:
+        """Up to ``limit`` turns that started (running or ended), prompt ``seq`` > ``after``."""
+        ...
+
+    async def set_metadata(self, session: str, metadata: dict[str, Any]) -> None:
+        """Replace the session's metadata (the session need not have had an input)."""
         ...
 
     async def input(self, session: str, id: str) -> InputView | None:

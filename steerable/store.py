@@ -44,6 +44,24 @@ five above (a store of someone else's may lack it; :func:`rewritable` checks):
   turn of the service is running on the session (claimed and not ended): the check and the
   change are one atomic operation.
 
+Two more abilities, each a small protocol of its own (every store of this package has both):
+
+- :class:`Journaling`, the tool journal: ``begin_calls(session, keys)`` marks each call
+  (by its idempotency key) started unless the journal knows it, and answers what the
+  journal held before for the keys it knew (``None`` for a call started and never ended,
+  its :class:`~steerable.messages.ToolResult` for one that ended); a key missing from the
+  answer was marked started by this call and no other. ``end_call(session, key, result)``
+  records a call's result; the first result recorded wins and is returned. Each is atomic
+  per key, so of many callers racing to begin one call exactly one is told it is new.
+  ``delete`` forgets a session's journal; ``fork`` does not copy it; ``truncate`` leaves it.
+- :class:`Repairable`: ``replace(session, at=n, old=ids, messages=...)`` swaps the messages
+  at positions ``n`` and after for ``messages`` if, and only if, the stored ones there are
+  exactly those whose ids are ``old``, in order, with nothing after (a compare-and-swap of
+  the tail); else :class:`TranscriptConflict` and nothing changes. It is not refused while
+  a service turn runs: the repair of orphaned tool calls (:mod:`steerable.repair`) writes
+  it at a turn's start, and any write that came between the read and the swap makes it a
+  conflict, so it never loses one.
+
 A store trusts its arguments to have the types above (a non-empty ``str`` session id,
 ``Message`` and ``Steer`` objects, ints >= 0): :class:`steerable.Session` and
 :class:`CheckedStore` check them at the front door, once, and raise :class:`UsageError`.
@@ -56,7 +74,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from steerable.errors import UsageError
-from steerable.messages import Message, Text, new_id
+from steerable.messages import Message, Text, ToolResult, new_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +155,93 @@ class Rewritable(Protocol):
         ...
 
 
+@runtime_checkable
+class Forkable(Protocol):
+    """The ability to start a session from another's transcript, up to a message."""
+
+    async def fork(self, session: str, new: str, *, through: str | None = None) -> int:
+        """Start ``new`` with ``session``'s transcript up to and including the message
+        ``through`` (all of it when None); how many messages it copied.
+
+        The copies keep their ids, parts, ``steered`` marks and stored times, at the same
+        positions. Nothing else comes along: no steers, inputs, turns, events or metadata,
+        and nothing is shared (a save to either session never shows in the other). One
+        atomic operation: ``new`` has all of them or none. Refused, nothing written, with
+        :class:`~steerable.errors.MessageNotFound` when ``through`` is not in the
+        transcript (checked first), and :class:`~steerable.errors.SessionExists` when
+        ``new`` has anything (a transcript, steers, inputs or metadata). A running turn on
+        ``session`` does not stop it: the fork copies what is stored.
+        """
+        ...
+
+
+@runtime_checkable
+class Journaling(Protocol):
+    """The tool journal's two verbs; see the module docstring."""
+
+    async def begin_calls(self, session: str, keys: Sequence[str]) -> dict[str, ToolResult | None]:
+        """Mark each call of ``keys`` started unless the journal knows it; atomic per key.
+
+        The answer holds the keys the journal knew before: ``None`` for a call started and
+        not ended, its result for one that ended. A key not in it is new, started now.
+        """
+        ...
+
+    async def end_call(self, session: str, key: str, result: ToolResult) -> ToolResult:
+        """Record ``result`` as call ``key``'s (begun or not); the first recorded wins and
+        is returned."""
+        ...
+
+
+@runtime_checkable
+class Repairable(Protocol):
+    """The ability to swap a transcript's tail for another, compared and swapped at once."""
+
+    async def replace(
+        self, session: str, *, at: int, old: Sequence[str], messages: Sequence[Message]
+    ) -> None:
+        """Put ``messages`` at positions ``at`` and after, in place of the stored messages
+        there, if those are exactly the ones whose ids are ``old`` (in order, none after).
+
+        :class:`TranscriptConflict` otherwise, nothing written. The new messages may reuse
+        ids of the old ones; no id may be one of the messages before ``at``.
+        """
+        ...
+
+
+def journaling(store: Store) -> Journaling:
+    """``store`` as a :class:`Journaling`, or a :class:`UsageError` saying it cannot be."""
+    inner = store.inner if isinstance(store, CheckedStore) else store
+    if not isinstance(inner, Journaling):
+        raise UsageError(
+            f"{type(inner).__name__} keeps no tool journal (it has no begin_calls/end_call:"
+            " see steerable.store.Journaling), so a tool with side effects cannot run on it"
+        )
+    return inner
+
+
+def repairable(store: Store) -> Repairable:
+    """``store`` as a :class:`Repairable`, or a :class:`UsageError` saying it cannot be."""
+    inner = store.inner if isinstance(store, CheckedStore) else store
+    if not isinstance(inner, Repairable):
+        raise UsageError(
+            f"{type(inner).__name__} cannot replace a transcript's tail (it has no replace:"
+            " see steerable.store.Repairable)"
+        )
+    return inner
+
+
+def forkable(store: Store) -> Forkable:
+    """``store`` as a :class:`Forkable`, or a :class:`UsageError` saying it cannot be."""
+    inner = store.inner if isinstance(store, CheckedStore) else store
+    if not isinstance(inner, Forkable):
+        raise UsageError(
+            f"{type(inner).__name__} cannot fork a session (it has no fork: see"
+            " steerable.store.Forkable)"
+        )
+    return inner
+
+
 def rewritable(store: Store) -> Rewritable:
     """``store`` as a :class:`Rewritable`, or a :class:`UsageError` saying it cannot be."""
     inner = store.inner if isinstance(store, CheckedStore) else store
@@ -180,6 +285,20 @@ def check_messages(messages: object) -> Sequence[Message]:
     for message in sequence:
         if not isinstance(message, Message):
             raise UsageError(f"a transcript holds Message objects, not {type(message).__name__}")
+    return sequence
+
+
+def check_keys(keys: object, *, what: str = "call key") -> Sequence[str]:
+    """``keys`` if it is a sequence of non-empty str without NUL, unique, else a
+    :class:`UsageError` naming ``what``."""
+    if isinstance(keys, str | bytes) or not isinstance(keys, Sequence):
+        raise UsageError(f"{what}s are a sequence of str, not {type(keys).__name__}")
+    sequence: Sequence[Any] = keys
+    for key in sequence:
+        if not isinstance(key, str) or not key or "\x00" in key:
+            raise UsageError(f"a {what} is a non-empty str without NUL, not {key!r}")
+    if len(set(sequence)) != len(sequence):
+        raise UsageError(f"a {what} appears twice in {list(sequence)!r}")
     return sequence
 
 
@@ -263,3 +382,26 @@ class CheckedStore:
     async def delete(self, session: str) -> bool:
         """Forget the session (see :class:`Rewritable`)."""
         return await rewritable(self.inner).delete(check_session_id(session))
+
+    async def begin_calls(self, session: str, keys: Sequence[str]) -> dict[str, ToolResult | None]:
+        """Mark calls started in the tool journal (see :class:`Journaling`)."""
+        sid = check_session_id(session)
+        return await journaling(self.inner).begin_calls(sid, check_keys(keys))
+
+    async def end_call(self, session: str, key: str, result: ToolResult) -> ToolResult:
+        """Record a call's result in the tool journal (see :class:`Journaling`)."""
+        sid = check_session_id(session)
+        (checked,) = check_keys([key])
+        if not isinstance(result, ToolResult):
+            raise UsageError(f"end_call records a ToolResult, not {type(result).__name__}")
+        return await journaling(self.inner).end_call(sid, checked, result)
+
+    async def replace(
+        self, session: str, *, at: int, old: Sequence[str], messages: Sequence[Message]
+    ) -> None:
+        """Swap the transcript's tail, compared and swapped at once (see :class:`Repairable`)."""
+        sid = check_session_id(session)
+        check_count(at, "at")
+        check_keys(old, what="old message id")
+        check_messages(messages)
+        await repairable(self.inner).replace(sid, at=at, old=old, messages=messages)

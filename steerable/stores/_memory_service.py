@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steerable import codec
-from steerable.errors import Fenced, InvalidMessage, SessionBusy, TranscriptConflict
+from steerable.errors import (
+    Fenced,
+    InvalidMessage,
+    QueueFull,
+    SessionBusy,
+    SessionNotIdle,
+    TranscriptConflict,
+    TurnMismatch,
+)
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
@@ -48,6 +56,7 @@ class _Input:
     seq: int
     offered: str | None  # the turn it was offered to on arrival (the first answer)
     ahead: int
+    at: float
     state: InputState = "waiting"
     turn: str | None = None  # offered to (waiting), taken by, or prompt of
     step: int | None = None
@@ -58,6 +67,8 @@ class _Turn:
     id: str
     start: int
     cap: int
+    seq: int
+    started_at: float
     state: TurnState = "running"
     epoch: int = 0
     steps: int = 0
@@ -67,6 +78,8 @@ class _Turn:
     end: int | None = None
     text: str = ""
     error: str | None = None
+    ended_at: float | None = None
+    usage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,6 +92,7 @@ class _Service:
     expires: float = 0.0
     running: str | None = None
     forgotten: int = 0  # the events before the session's last delete: ids go on after them
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def emit(self, kind: EventKind, turn: str | None, data: dict[str, Any]) -> None:
         id = self.forgotten + len(self.events) + 1
@@ -87,12 +101,28 @@ class _Service:
     def queued(self) -> list[_Input]:
         return [i for i in self.inputs.values() if i.state == "waiting" and i.turn is None]
 
+    def waiting(self) -> list[_Input]:
+        return [i for i in self.inputs.values() if i.state == "waiting"]
+
+    def offered_to(self, turn: str) -> list[_Input]:
+        return [i for i in self.inputs.values() if i.state == "waiting" and i.turn == turn]
+
+    def target(self) -> str | None:
+        """The turn a steer arriving now is offered to: the started one (see the contract)."""
+        if self.running is not None:
+            running = self.turns[self.running]
+            if running.stop_requested or running.offered >= running.cap:
+                return None
+            return running.id
+        queued = self.queued()
+        return queued[0].input.id if queued else None
+
 
 def _summary(name: str, svc: _Service) -> SessionSummary:
     queued = len(svc.queued())
     state: SessionState = "running" if svc.running else "queued" if queued else "idle"
     updated = svc.events[-1].at if svc.events else 0.0
-    return SessionSummary(name, state, svc.running, queued, updated)
+    return SessionSummary(name, state, svc.running, queued, updated, dict(svc.metadata))
 
 
 def _turn_view(service: _Service, turn: _Turn) -> TurnView:
@@ -110,12 +140,18 @@ def _turn_view(service: _Service, turn: _Turn) -> TurnView:
         end=turn.end,
         text=turn.text,
         error=turn.error,
+        seq=turn.seq,
+        started_at=turn.started_at,
+        ended_at=turn.ended_at,
+        usage=dict(turn.usage),
     )
 
 
 def _input_view(row: _Input) -> InputView:
     i = row.input
-    return InputView(i.id, i.kind, i.text, row.seq, row.state, row.turn, row.step)
+    return InputView(
+        i.id, i.kind, i.text, row.seq, row.state, row.turn, row.step, row.at, dict(i.metadata)
+    )
 
 
 class MemoryServiceTables:
@@ -127,6 +163,9 @@ class MemoryServiceTables:
 
     # provided by MemoryStore
     def _transcript(self, session: str) -> tuple[list[Message], set[str]]:
+        raise NotImplementedError
+
+    def _times(self, session: str) -> list[float]:
         raise NotImplementedError
 
     _lock: Any
@@ -143,6 +182,11 @@ class MemoryServiceTables:
         if svc is not None and svc.running is not None:
             raise SessionBusy(session, svc.running, what)
 
+    def _has_service(self, session: str) -> bool:
+        """Whether ``session`` has inputs or metadata; called under the lock."""
+        svc = self._service.get(session)
+        return svc is not None and bool(svc.inputs or svc.metadata)
+
     def _forget_service(self, session: str) -> bool:
         """Forget the session's inputs, turns and events, keeping its epoch and event ids."""
         svc = self._service.get(session)
@@ -151,7 +195,7 @@ class MemoryServiceTables:
         self._service[session] = _Service(
             epoch=svc.epoch, forgotten=svc.forgotten + len(svc.events)
         )
-        return bool(svc.inputs)
+        return bool(svc.inputs or svc.metadata)
 
     def _hint(self, kind: Any, session: str) -> None:
         for loop, queue in list(self._listeners):
@@ -173,7 +217,15 @@ class MemoryServiceTables:
         finally:
             self._listeners.remove(entry)
 
-    async def enqueue(self, session: str, input: Input) -> Accepted:
+    async def enqueue(
+        self,
+        session: str,
+        input: Input,
+        *,
+        if_idle: bool = False,
+        expected_turn: str | None = None,
+        max_waiting: int | None = None,
+    ) -> Accepted:
         """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
         with self._lock:
             svc = self._svc(session)
@@ -181,24 +233,58 @@ class MemoryServiceTables:
             if seen is not None:
                 i = seen.input
                 return Accepted(i.id, i.kind, seen.seq, seen.offered, seen.ahead, duplicate=True)
-            running = svc.turns[svc.running] if svc.running else None
-            offered: str | None = None
-            if (
-                input.kind == "steer"
-                and running is not None
-                and not running.stop_requested
-                and running.offered < running.cap
-            ):
-                running.offered += 1
-                offered = running.id
-            ahead = 0 if offered else (running is not None) + len(svc.queued())
-            row = _Input(input, len(svc.inputs) + 1, offered, ahead, turn=offered)
+            waiting = len(svc.waiting())
+            if if_idle and (svc.running is not None or waiting):
+                raise SessionNotIdle(session, svc.running, waiting)
+            offered = svc.target() if input.kind == "steer" else None
+            if expected_turn is not None and offered != expected_turn:
+                raise TurnMismatch(session, expected_turn, offered)
+            if max_waiting is not None and waiting >= max_waiting:
+                raise QueueFull(session, max_waiting)
+            if offered is not None and offered in svc.turns:
+                svc.turns[offered].offered += 1
+            ahead = 0 if offered else (svc.running is not None) + len(svc.queued())
+            row = _Input(input, len(svc.inputs) + 1, offered, ahead, time.time(), turn=offered)
             svc.inputs[input.id] = row
             svc.emit("input", offered, {"id": input.id, "kind": input.kind, "turn": offered})
-            start_now = running is None
+            start_now = svc.running is None
         if start_now:
             self._hint("work", session)
         return Accepted(input.id, input.kind, row.seq, offered, ahead)
+
+    async def cancel(self, session: str, id: str) -> InputView | None:
+        """Take back the waiting input ``id``; its view after (None if never had)."""
+        with self._lock:
+            svc = self._service.get(session)
+            row = svc.inputs.get(id) if svc else None
+            if svc is None or row is None:
+                return None
+            if row.state == "waiting":
+                was = row.turn
+                released: list[str] = []
+                if was is None and svc.running is None:  # the head: its offered steers go free
+                    for other in svc.offered_to(id):
+                        other.turn = None
+                        released.append(other.input.id)
+                row.state, row.turn = "cancelled", None
+                svc.emit("cancelled", was, {"id": id, "released": released})
+            return _input_view(row)
+
+    async def stopping(self, holder: str) -> list[str]:
+        """The sessions ``holder`` holds whose running turn was asked to stop."""
+        with self._lock:
+            return sorted(
+                name
+                for name, svc in self._service.items()
+                if svc.holder == holder
+                and svc.running is not None
+                and svc.turns[svc.running].stop_requested
+            )
+
+    async def set_metadata(self, session: str, metadata: dict[str, Any]) -> None:
+        """Replace the session's metadata."""
+        with self._lock:
+            self._svc(session).metadata = dict(metadata)
 
     async def claim(
         self, holder: str, *, seconds: float, cap: int, session: str | None = None
@@ -224,7 +310,8 @@ class MemoryServiceTables:
         if svc.running is None:
             prompt = svc.queued()[0]
             prompt.state, prompt.turn = "prompt", prompt.input.id
-            turn = _Turn(prompt.input.id, len(messages), cap)
+            turn = _Turn(prompt.input.id, len(messages), cap, prompt.seq, time.time())
+            turn.offered = len(svc.offered_to(turn.id))
             svc.turns[turn.id] = turn
             svc.running = turn.id
         else:
@@ -304,6 +391,7 @@ class MemoryServiceTables:
                 svc.emit("step", turn.id, {"step": turn.steps, "length": position})
             transcript.extend(messages)
             transcript.extend(taken)
+            self._times(lease.session).extend([time.time()] * (len(messages) + len(taken)))
             ids.update(new_ids)
             ids.update(m.id for m in taken)
             return taken
@@ -314,12 +402,14 @@ class MemoryServiceTables:
             svc, turn = self._fenced(lease)
             transcript, _ = self._transcript(lease.session)
             turn.state, turn.text, turn.error = outcome.state, outcome.text, outcome.error
+            turn.usage, turn.ended_at = dict(outcome.usage), time.time()
             turn.end = len(transcript)
-            for row in svc.inputs.values():
-                if row.state == "waiting" and row.turn == turn.id:
-                    row.turn = None  # a turn of its own, in its place
+            released: list[str] = []
+            for row in svc.offered_to(turn.id):
+                row.turn = None  # a turn of its own, in its place
+                released.append(row.input.id)
             svc.running, svc.holder, svc.expires = None, None, 0.0
-            svc.emit("turn_ended", turn.id, {"state": outcome.state})
+            svc.emit("turn_ended", turn.id, {"state": outcome.state, "released": released})
             queued = svc.queued()
             following = queued[0].input.id if queued else None
         if following is not None:
@@ -339,15 +429,41 @@ class MemoryServiceTables:
         self._hint("stop", session)
         return turn.id
 
-    async def status(self, session: str) -> Status:
-        """The session's running turn, waiting inputs and queue length."""
+    async def status(self, session: str, *, limit: int = 100) -> Status:
+        """The session's running turn, its first ``limit`` waiting inputs, and the counts."""
         with self._lock:
             svc = self._service.get(session)
             if svc is None:
-                return Status(session, None, [], 0)
+                return Status(session, None, [], 0, 0)
             running = _turn_view(svc, svc.turns[svc.running]) if svc.running else None
-            waiting = [_input_view(i) for i in svc.inputs.values() if i.state == "waiting"]
-            return Status(session, running, waiting, len(svc.queued()))
+            waiting = svc.waiting()
+            return Status(
+                session,
+                running,
+                [_input_view(i) for i in waiting[:limit]],
+                len(svc.queued()),
+                len(waiting),
+                dict(svc.metadata),
+            )
+
+    async def inputs(
+        self, session: str, *, after: int, limit: int, state: InputState | None = None
+    ) -> list[InputView]:
+        """Up to ``limit`` inputs with ``seq`` > ``after`` in order (only ``state``, if given)."""
+        with self._lock:
+            svc = self._service.get(session)
+            rows = list(svc.inputs.values()) if svc else []
+            kept = [r for r in rows[max(after, 0) :] if state is None or r.state == state]
+            return [_input_view(r) for r in kept[:limit]]
+
+    async def turns(self, session: str, *, after: int, limit: int) -> list[TurnView]:
+        """Up to ``limit`` turns that started, in their prompts' order, ``seq`` > ``after``."""
+        with self._lock:
+            svc = self._service.get(session)
+            if svc is None:
+                return []
+            started = sorted((t for t in svc.turns.values() if t.seq > after), key=lambda t: t.seq)
+            return [_turn_view(svc, t) for t in started[:limit]]
 
     async def input(self, session: str, id: str) -> InputView | None:
         """The input ``id`` and its fate, or None if the session never had it."""
@@ -366,18 +482,19 @@ class MemoryServiceTables:
                 return _turn_view(svc, svc.turns[id])
             row = svc.inputs.get(id)
             if row is not None and row.state == "waiting" and row.turn is None:
-                return TurnView(id, "queued")
+                return TurnView(id, "queued", seq=row.seq)
             return None
 
     async def transcript(self, session: str, *, after: int, limit: int) -> list[Entry]:
         """Up to ``limit`` messages at positions > ``after``, with the turn of each."""
         with self._lock:
             transcript, _ = self._transcript(session)
+            times = self._times(session)
             svc = self._service.get(session)
             starts = [(t.start, t.id) for t in svc.turns.values()] if svc else []
             first = max(after + 1, 0)
             return [
-                Entry(p, transcript[p], turn_of(p, starts))
+                Entry(p, transcript[p], turn_of(p, starts), times[p])
                 for p in range(first, min(len(transcript), first + limit))
             ]
 

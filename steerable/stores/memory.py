@@ -9,12 +9,14 @@ store it trusts its arguments' types (:class:`steerable.Session` and
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from steerable import codec
-from steerable.errors import InvalidMessage, TranscriptConflict
-from steerable.messages import Message
+from steerable.errors import InvalidMessage, MessageNotFound, SessionExists, TranscriptConflict
+from steerable.journal import encode_result
+from steerable.messages import Message, ToolResult
 from steerable.store import Steer
 from steerable.stores._memory_service import MemoryServiceTables
 
@@ -24,14 +26,17 @@ __all__ = ["MemoryStore"]
 @dataclass
 class _Session:
     transcript: list[Message] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # when each message was stored
     ids: set[str] = field(default_factory=set)
     waiting: dict[str, Steer] = field(default_factory=dict)  # insertion ordered
     seen: set[str] = field(default_factory=set)  # every steer id ever left
+    journal: dict[str, ToolResult | None] = field(default_factory=dict)  # call key: result
 
 
 class MemoryStore(MemoryServiceTables):
-    """A :class:`steerable.Store` (and :class:`~steerable.store.Rewritable`) and a service
-    store, held in dicts."""
+    """A :class:`steerable.Store` (:class:`~steerable.store.Rewritable`,
+    :class:`~steerable.store.Forkable`, :class:`~steerable.store.Journaling` and
+    :class:`~steerable.store.Repairable`) and a service store, held in dicts."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, _Session] = {}
@@ -41,6 +46,9 @@ class MemoryStore(MemoryServiceTables):
     def _transcript(self, session: str) -> tuple[list[Message], set[str]]:
         state = self._get(session)
         return state.transcript, state.ids
+
+    def _times(self, session: str) -> list[float]:
+        return self._get(session).times
 
     def _get(self, session: str) -> _Session:
         state = self._sessions.get(session)
@@ -84,6 +92,7 @@ class MemoryStore(MemoryServiceTables):
                 taken.append(steer.message())
         state.transcript.extend(messages)
         state.transcript.extend(taken)
+        state.times.extend([time.time()] * (len(messages) + len(taken)))
         state.ids.update(ids)
         state.ids.update(m.id for m in taken)
         return taken
@@ -114,6 +123,7 @@ class MemoryStore(MemoryServiceTables):
                 return []
             removed = state.transcript[at:]
             del state.transcript[at:]
+            del state.times[at:]
             state.ids.difference_update(m.id for m in removed)
             return removed
 
@@ -124,3 +134,66 @@ class MemoryStore(MemoryServiceTables):
             state = self._sessions.pop(session, None)
             had = state is not None and bool(state.transcript or state.seen)
             return self._forget_service(session) or had
+
+    async def fork(self, session: str, new: str, *, through: str | None = None) -> int:
+        """Start ``new`` with ``session``'s transcript through message ``through``."""
+        with self._lock:
+            state = self._sessions.get(session)
+            stored = state.transcript if state else []
+            count = len(stored)
+            if through is not None:
+                found = [i for i, m in enumerate(stored) if m.id == through]
+                if not found:
+                    raise MessageNotFound(session, through)
+                count = found[0] + 1
+            target = self._sessions.get(new)
+            if (target is not None and (target.transcript or target.seen)) or self._has_service(
+                new
+            ):
+                raise SessionExists(new)
+            if count:
+                copied = _Session(list(stored[:count]), list(state.times[:count]) if state else [])
+                copied.ids = {m.id for m in copied.transcript}
+                self._sessions[new] = copied
+            return count
+
+    async def begin_calls(self, session: str, keys: Sequence[str]) -> dict[str, ToolResult | None]:
+        """Mark each call started unless the journal knows it; what it knew, by key."""
+        with self._lock:
+            journal = self._get(session).journal
+            known = {key: journal[key] for key in keys if key in journal}
+            journal.update((key, None) for key in keys if key not in known)
+            return known
+
+    async def end_call(self, session: str, key: str, result: ToolResult) -> ToolResult:
+        """Record call ``key``'s result; the first recorded wins and is returned."""
+        encode_result(key, result)  # refuse what a persistent store would refuse
+        with self._lock:
+            journal = self._get(session).journal
+            kept = journal.get(key)
+            if kept is None:
+                kept = journal[key] = result
+            return kept
+
+    async def replace(
+        self, session: str, *, at: int, old: Sequence[str], messages: Sequence[Message]
+    ) -> None:
+        """Swap the tail at ``at`` for ``messages`` if its ids are ``old``; atomic."""
+        for message in messages:
+            codec.encode(message)
+        with self._lock:
+            state = self._get(session)
+            tail = [m.id for m in state.transcript[at:]]
+            if at > len(state.transcript) or tail != list(old):
+                raise TranscriptConflict(session, at + len(old), len(state.transcript))
+            kept = {m.id for m in state.transcript[:at]}
+            ids = [m.id for m in messages]
+            if len(set(ids)) != len(ids) or not kept.isdisjoint(ids):
+                raise InvalidMessage(
+                    f"session {session!r}: a message id is already in the transcript"
+                )
+            del state.transcript[at:]
+            del state.times[at:]
+            state.transcript.extend(messages)
+            state.times.extend([time.time()] * len(messages))
+            state.ids = kept | set(ids)

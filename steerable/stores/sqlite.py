@@ -8,12 +8,28 @@ the one store that migrates itself: one file has nobody to coordinate with). Eve
 runs on one worker thread of this store, off the event loop. Writers take SQLite's write
 lock up front (``BEGIN IMMEDIATE``), so a save-and-take is one transaction that other
 processes see whole or not at all, and concurrent takers in any number of processes get
-each steer once.
+each steer once. It is :class:`~steerable.store.Rewritable` and
+:class:`~steerable.store.Forkable`: a fork copies the message rows inside SQLite, in one
+``INSERT ... SELECT`` of one write transaction.
+
+It is :class:`~steerable.store.Journaling` and :class:`~steerable.store.Repairable` too. The
+tool journal is a table of its own, a row per ``(session, call key)`` with the result's
+stored text (NULL while the call runs): a begin reads the keys' rows and inserts the missing
+ones under the write lock, so of any number of processes beginning one call exactly one is
+told it is new, and an end is one upsert that fills a NULL result only (the first result
+kept). ``delete`` forgets the journal in its transaction; ``fork`` and ``truncate`` leave it.
+``replace`` is one write transaction built as ``truncate`` and ``save`` are: the write lock
+first, then the tail's ids compared with ``old`` (:data:`TAIL`), the tail's rows deleted and
+the new rows inserted with the time of their storing; the kept rows (and their times), the
+steers and the service's rows are not touched, and it is not refused while a turn runs.
 
 It is also a :class:`steerable.service_store.ServiceStore` (the service's inputs, turns,
-leases and events: :mod:`steerable.stores._sqlite_service`). Its leases run on SQLite's
-own clock, ``julianday('now')``, which is the machine's clock: every process sharing the
-file is on that machine. It gives no hints (SQLite has no notifications): the engine polls.
+leases and events: the writes in :mod:`steerable.stores._sqlite_service`, the reads in
+:mod:`steerable.stores._sqlite_views`, the layout in :mod:`steerable.stores._sqlite_schema`).
+Its leases and times run on SQLite's own clock, ``julianday('now')``, which is the
+machine's clock: every process sharing the file is on that machine. It gives no hints
+(SQLite has no notifications): the engine polls, and ``stopping`` answers a poll from its
+last answer while nothing in the file changed.
 
 The file is in WAL mode with ``synchronous=NORMAL``: a committed save survives the process
 being killed; pass ``synchronous="FULL"`` to survive power loss too.
@@ -32,48 +48,23 @@ from typing import Literal, Self, TypeVar, get_args
 from steerable import codec
 from steerable.errors import (
     InvalidMessage,
+    MessageNotFound,
     SessionBusy,
+    SessionExists,
     StoreUnavailable,
     TranscriptConflict,
     UsageError,
 )
-from steerable.messages import Message
+from steerable.journal import encode_result
+from steerable.messages import Message, ToolResult
 from steerable.store import Steer
-from steerable.stores._sqlite_service import SERVICE_TABLES, SQLiteServiceTables
+from steerable.stores import _sqlite_journal
+from steerable.stores._sqlite_rows import CLOCK, LENGTH
+from steerable.stores._sqlite_schema import SCHEMA_VERSION, upgrade
+from steerable.stores._sqlite_service import SQLiteServiceTables
+from steerable.stores._sqlite_views import StopPoll
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
-
-SCHEMA_VERSION = 2
-"""The schema version this steerable writes (``PRAGMA user_version`` of the file)."""
-
-_TABLES = """
-CREATE TABLE IF NOT EXISTS steerable_messages (
-    session  TEXT    NOT NULL,
-    position INTEGER NOT NULL,
-    id       TEXT    NOT NULL,
-    body     TEXT    NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS steerable_messages_position
-    ON steerable_messages (session, position);
-CREATE UNIQUE INDEX IF NOT EXISTS steerable_messages_id ON steerable_messages (session, id);
-CREATE TABLE IF NOT EXISTS steerable_steers (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    session TEXT    NOT NULL,
-    id      TEXT    NOT NULL,
-    text    TEXT    NOT NULL,
-    taken   INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (session, id)
-);
-CREATE INDEX IF NOT EXISTS steerable_steers_waiting ON steerable_steers (session, taken, seq);
-"""
-
-# The file's schema, version by version: a file of version n gets the steps after n on open,
-# in one transaction. Append a step for a change, never edit a shipped one.
-_STEPS: tuple[tuple[int, str], ...] = ((1, _TABLES), (2, SERVICE_TABLES))
-
-# A rowid table, not WITHOUT ROWID: SQLite keeps at most ~1 KB of a WITHOUT ROWID row in
-# its page, so every message over that got a mostly empty overflow page of its own (the
-# file was ~4x its payload). The position index keeps "the end" and ordered reads cheap.
 
 _T = TypeVar("_T")
 _Synchronous = Literal["NORMAL", "FULL"]
@@ -105,6 +96,7 @@ class SQLiteStore(SQLiteServiceTables):
         self._busy_ms = int(busy_timeout * 1000)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="steerable-sqlite")
         self._db: sqlite3.Connection | None = None
+        self._stop_poll = StopPoll()
 
     async def close(self) -> None:
         """Close the connection and the worker thread."""
@@ -135,7 +127,7 @@ class SQLiteStore(SQLiteServiceTables):
             db.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
             db.execute("PRAGMA journal_mode = WAL")
             db.execute(f"PRAGMA synchronous = {self._synchronous}")
-            _upgrade(db, self.path)
+            upgrade(db, self.path)
         except sqlite3.Error as exc:
             db.close()
             raise StoreUnavailable(f"cannot use the SQLite file {str(self.path)!r}: {exc}") from exc
@@ -229,6 +221,36 @@ class SQLiteStore(SQLiteServiceTables):
         """Forget the session's transcript, steers and service records; True if it had any."""
         return await self._call(lambda db: _delete(db, session))
 
+    # -- the Forkable verb ------------------------------------------------------------------
+
+    async def fork(self, session: str, new: str, *, through: str | None = None) -> int:
+        """Start ``new`` with ``session``'s transcript through message ``through`` (all of it
+        when None); how many messages were copied. One write transaction, the rows copied
+        by SQLite (:data:`FORK_COPY`)."""
+        return await self._call(lambda db: _fork(db, session, new, through))
+
+    # -- the Journaling verbs (the SQL in steerable.stores._sqlite_journal) -------------------
+
+    async def begin_calls(self, session: str, keys: Sequence[str]) -> dict[str, ToolResult | None]:
+        """Mark each call started unless the journal knows it; what it knew, by key."""
+        return await self._call(lambda db: _sqlite_journal.begin_calls(db, session, keys))
+
+    async def end_call(self, session: str, key: str, result: ToolResult) -> ToolResult:
+        """Record call ``key``'s result; the first recorded wins and is returned."""
+        text = encode_result(key, result)  # InvalidMessage here, before any write
+        return await self._call(lambda db: _sqlite_journal.end_call(db, session, key, result, text))
+
+    # -- the Repairable verb -----------------------------------------------------------------
+
+    async def replace(
+        self, session: str, *, at: int, old: Sequence[str], messages: Sequence[Message]
+    ) -> None:
+        """Swap the tail at ``at`` for ``messages`` if its ids are ``old``; one write
+        transaction (:data:`TAIL` compared, then the tail's rows deleted and the new ones
+        inserted)."""
+        rows = [(m.id, codec.encode(m)) for m in messages]
+        await self._call(lambda db: _replace(db, session, at, list(old), rows))
+
 
 def _refuse_if_busy(db: sqlite3.Connection, session: str, what: str) -> None:
     """Inside a write transaction: :class:`SessionBusy` if a service turn runs on ``session``."""
@@ -268,41 +290,96 @@ def _delete(db: sqlite3.Connection, session: str) -> bool:
     found = 0
     for table in ("steerable_messages", "steerable_steers", "steerable_inputs", "steerable_turns"):
         found += db.execute(f"DELETE FROM {table} WHERE session = ?", (session,)).rowcount
+    # the journal and the events are forgotten but not counted, as the memory store does
+    db.execute("DELETE FROM steerable_journal WHERE session = ?", (session,))
     db.execute("DELETE FROM steerable_events WHERE session = ?", (session,))
     # the row stays for its epoch (a stale holder stays fenced) and its event count (ids go
-    # on); with no inputs it is not listed
+    # on); with no inputs it is not listed; its metadata is forgotten
+    (metadata,) = db.execute(
+        "SELECT COUNT(*) FROM steerable_service WHERE session = ? AND metadata IS NOT NULL",
+        (session,),
+    ).fetchone()
+    found += int(metadata)
     db.execute(
-        "UPDATE steerable_service SET holder = NULL, expires = 0, inputs = 0, queued = 0"
-        " WHERE session = ?",
+        "UPDATE steerable_service SET holder = NULL, expires = 0, inputs = 0, queued = 0,"
+        " metadata = NULL WHERE session = ?",
         (session,),
     )
     db.execute("COMMIT")
     return found > 0
 
 
-def _upgrade(db: sqlite3.Connection, path: Path) -> None:
-    """Bring the file's schema to :data:`SCHEMA_VERSION`; refuse a newer one."""
+TAIL = "SELECT id FROM steerable_messages WHERE session = ? AND position >= ? ORDER BY position"
+"""The ids of a transcript's tail, which ``replace`` compares with ``old`` (its plan is
+tested: the position index, no sort)."""
 
-    def version() -> int:
-        return int(db.execute("PRAGMA user_version").fetchone()[0])
 
-    if version() == SCHEMA_VERSION:
-        return
-    db.execute("BEGIN IMMEDIATE")  # read again under the lock: another process may upgrade too
-    current = version()
-    if current > SCHEMA_VERSION:
+def _replace(
+    db: sqlite3.Connection, session: str, at: int, old: list[str], rows: list[tuple[str, str]]
+) -> None:
+    # BEGIN IMMEDIATE before the compare, as truncate and save take it: no write of any
+    # process (save, step, truncate, fork, claim) can come between the compare and the swap.
+    # No busy check: the orphan repair writes this at a turn's start, and a write that came
+    # after its read makes the compare fail.
+    db.execute("BEGIN IMMEDIATE")
+    (count,) = db.execute(LENGTH, (session,)).fetchone()
+    if at > count or [id for (id,) in db.execute(TAIL, (session, at))] != old:
         db.rollback()
-        raise StoreUnavailable(
-            f"{str(path)!r} has steerable schema {current}; this version reads"
-            f" {SCHEMA_VERSION}: upgrade steerable"
-        )
-    for step, tables in _STEPS:
-        if step > current:
-            for statement in tables.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        raise TranscriptConflict(session, at + len(old), count)
+    db.execute("DELETE FROM steerable_messages WHERE session = ? AND position >= ?", (session, at))
+    # an id of a kept message, or one twice in ``rows``, fails the id index: an
+    # IntegrityError, which _run rolls back and raises as InvalidMessage
+    db.executemany(
+        "INSERT INTO steerable_messages (session, position, id, body, at)"
+        f" VALUES (?, ?, ?, ?, {CLOCK})",
+        [(session, at + i, id, body) for i, (id, body) in enumerate(rows)],
+    )
     db.execute("COMMIT")
+
+
+FORK_COPY = (
+    "INSERT INTO steerable_messages (session, position, id, body, at)"
+    " SELECT ?, position, id, body, at FROM steerable_messages"
+    " WHERE session = ? AND position <= ?"
+)
+"""A fork's copy: the message rows of a session through a position, under the new session,
+each with its id, body (parts and ``steered``), position and stored time; one statement
+over the position index (its plan is tested), never a row through Python."""
+
+_OCCUPIED = (
+    "SELECT EXISTS (SELECT 1 FROM steerable_messages WHERE session = :s)"
+    " OR EXISTS (SELECT 1 FROM steerable_steers WHERE session = :s)"
+    " OR EXISTS (SELECT 1 FROM steerable_inputs WHERE session = :s)"
+    " OR EXISTS (SELECT 1 FROM steerable_service WHERE session = :s AND metadata IS NOT NULL)"
+)
+"""Whether a session has anything a fork into it would meet: a transcript, a steer ever left
+(taken ones too: ``steer`` ignores their ids for ever), an input in any state, metadata.
+A session's service row alone (kept by ``delete`` for its epoch) is nothing."""
+
+_EVERY_POSITION = 2**63 - 1  # SQLite's largest integer
+
+
+def _fork(db: sqlite3.Connection, session: str, new: str, through: str | None) -> int:
+    # BEGIN IMMEDIATE is the lock every first write to a session takes: of two forks into
+    # ``new`` (any processes), the second reads the first's rows and is refused
+    db.execute("BEGIN IMMEDIATE")
+    last = _EVERY_POSITION
+    if through is not None:
+        row = db.execute(
+            "SELECT position FROM steerable_messages WHERE session = ? AND id = ?",
+            (session, through),
+        ).fetchone()
+        if row is None:
+            db.rollback()
+            raise MessageNotFound(session, through)
+        (last,) = row
+    (occupied,) = db.execute(_OCCUPIED, {"s": new}).fetchone()
+    if occupied:
+        db.rollback()
+        raise SessionExists(new)
+    copied = db.execute(FORK_COPY, (new, session, last)).rowcount
+    db.execute("COMMIT")
+    return copied
 
 
 def _append(
@@ -348,7 +425,8 @@ def _append(
         rows = rows + [(m.id, codec.encode(m)) for m in taken]
     if rows:
         db.executemany(
-            "INSERT INTO steerable_messages (session, position, id, body) VALUES (?, ?, ?, ?)",
+            "INSERT INTO steerable_messages (session, position, id, body, at)"
+            f" VALUES (?, ?, ?, ?, {CLOCK})",
             [(session, count + i, id, body) for i, (id, body) in enumerate(rows)],
         )
     db.execute("COMMIT")

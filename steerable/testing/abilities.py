@@ -42,6 +42,9 @@ ABILITIES: dict[str, str] = {
     "outage": "the test can cut the store off its server and bring it back (hook outage)",
     "lockable": "the test can hold the lock a save waits for (hook hold_steer)",
     "rewritable": "truncate and delete (steerable.store.Rewritable)",
+    "forkable": "fork a session through a message (steerable.store.Forkable)",
+    "journaled": "keep a tool journal (steerable.store.Journaling)",
+    "repairable": "swap a transcript's tail, compared first (steerable.store.Repairable)",
 }
 """What a store may declare with ``@pytest.mark.store_abilities(...)``, and what each means."""
 

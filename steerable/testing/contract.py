@@ -28,7 +28,14 @@ import pytest
 
 from steerable.errors import UsageError
 from steerable.store import Store
-from steerable.testing import cases, rewrite_cases, service_cases
+from steerable.testing import (
+    cases,
+    fork_cases,
+    journal_cases,
+    queue_cases,
+    rewrite_cases,
+    service_cases,
+)
 from steerable.testing.abilities import ABILITIES, HOOKS, OpenStore
 
 __all__ = ["ServiceContract", "StoreContract"]
@@ -84,9 +91,14 @@ class _ServiceCases:
     """One test per case of the service suite, mixed into :class:`ServiceContract`."""
 
 
-for _case in [*cases.CASES, *rewrite_cases.CASES]:
+for _case in [*cases.CASES, *rewrite_cases.CASES, *fork_cases.CASES, *journal_cases.CASES]:
     setattr(_Cases, f"test_{_case.__name__}", _test_for(_case))
-for _case in [*service_cases.SERVICE_CASES, *rewrite_cases.SERVICE_CASES]:
+assert queue_cases.CLOCK  # imported for its cases, which join SERVICE_CASES
+for _case in [
+    *service_cases.SERVICE_CASES,
+    *rewrite_cases.SERVICE_CASES,
+    *fork_cases.SERVICE_CASES,
+]:
     setattr(_ServiceCases, f"test_{_case.__name__}", _test_for(_case))
 
 

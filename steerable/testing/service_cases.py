@@ -486,7 +486,7 @@ async def events_tell_the_story_with_ids_in_order(store: Both, store_factory: Op
     assert events[1].data == {"epoch": 1, "holder": "r1", "resumed": False}
     assert events[4].data == {"ids": ["s"], "step": 1}
     assert events[5].data == {"position": 1, "id": "s", "role": "user", "steered": True}
-    assert events[-1].data == {"state": "completed"}
+    assert events[-1].data == {"state": "completed", "released": []}
     assert all(isinstance(e.at, float) for e in events)
     assert await store.events(sid, after=6, limit=2) == events[6:8]
     async with store_factory() as other:

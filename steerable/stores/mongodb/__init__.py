@@ -26,12 +26,15 @@ its id list, then the head gets ``s``, an empty ``k`` and ``mv`` and loses ``ids
 the writers of the older steerable before running it.
 
 The same store is the service's (:class:`steerable.service_store.ServiceStore`, with
-hints over a change stream): its collections come with step 3, and its writes are
-multi-document transactions, so the service needs a replica set (one node will do), where
-the transcript's verbs below run on a standalone ``mongod`` too. How it keeps leases,
-inputs, turns and events: :mod:`steerable.stores.mongodb._service`. The
+hints over a change stream): its collections come with step 3 (and step 4's indexes and
+counts), and its writes are multi-document transactions, so the service needs a replica
+set (one node will do), where the transcript's verbs below run on a standalone ``mongod``
+too. How it keeps leases, inputs, turns and events: :mod:`steerable.stores.mongodb._service`
+(and the modules it names). The
 :class:`~steerable.store.Rewritable` verbs (``truncate``, ``delete``) are transactions too,
-which check the service's running turn: :mod:`steerable.stores.mongodb._rewrite`.
+which check the service's running turn: :mod:`steerable.stores.mongodb._rewrite`; so is
+the :class:`~steerable.store.Forkable` verb (``fork``), which copies a transcript's
+documents into a new session's: :mod:`steerable.stores.mongodb._fork`.
 
 Documents
 ---------
@@ -47,9 +50,11 @@ Documents
 - one *id list* per chunk, ``_id {s: session, p: first position}``:
   ``{s: session, k: [the chunk's message ids], e: end}``.
 
-An entry is ``{i: id, b: codec text, z: size}``; a body over 64 KiB (or past 512 KiB added
-by one save) is kept out of line instead, as ``r: [blob ids]``. The codec's JSON text is
-stored as a BSON string and never parsed, so raw tool arguments come back byte for byte.
+An entry is ``{i: id, b: codec text, z: size, a: stored at}`` (``a`` the server's clock in
+milliseconds, set by the save's own update; entries stored before migration step 4 have
+none); a body over 64 KiB (or past 512 KiB added by one save) is kept out of line instead,
+as ``r: [blob ids]``. The codec's JSON text is stored as a BSON string and never parsed, so
+raw tool arguments come back byte for byte.
 
 ``steerable_chunks``, ``_id {s, p}``: ``{e: end, m: [entries]}``, the runs of the
 transcript the head no longer holds. ``steerable_blobs``, ``_id`` an ObjectId: ``{s:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bson import ObjectId
+from bson.max_key import MaxKey
 
 SESSIONS: Final = "steerable_sessions"  # heads (_id the session), id lists (_id {s, p})
 CHUNKS: Final = "steerable_chunks"  # flushed runs of the transcript, _id {s, p}
@@ -22,7 +23,8 @@ INPUTS: Final = "steerable_inputs"  # _id {s, i}: one input per (session, id)
 TURNS: Final = "steerable_turns"  # _id {s, i}: a turn, named by its prompt's id
 EVENTS: Final = "steerable_events"  # _id {s, n}: the session's events 1, 2, ...
 SERVICE_COLLECTIONS: Final = (SERVICE, INPUTS, TURNS, EVENTS)
-COLLECTIONS: Final = (*CORE_COLLECTIONS, *SERVICE_COLLECTIONS)
+JOURNAL: Final = "steerable_journal"  # _id {s, k}: the tool journal's calls (step 5)
+COLLECTIONS: Final = (*CORE_COLLECTIONS, *SERVICE_COLLECTIONS, JOURNAL)
 
 SERVICE_INDEXES: Final[tuple[tuple[str, str, tuple[tuple[str, int], ...], bool], ...]] = (
     # (collection, name, keys, unique)
@@ -33,6 +35,14 @@ SERVICE_INDEXES: Final[tuple[tuple[str, str, tuple[tuple[str, int], ...], bool],
     (EVENTS, "steerable_events_order", (("s", 1), ("n", 1)), True),
 )
 """The service collections' indexes, made by step 3."""
+
+QUEUE_INDEXES: Final[tuple[tuple[str, str, tuple[tuple[str, int], ...], bool], ...]] = (
+    (INPUTS, "steerable_inputs_waiting", (("s", 1), ("st", 1), ("n", 1)), False),  # status
+    (TURNS, "steerable_turns_seq", (("s", 1), ("n", 1)), False),  # turns(), by prompt seq
+    (SERVICE, "steerable_service_stops", (("h", 1), ("sr", 1)), False),  # stopping()
+)
+"""The indexes step 4 adds: the waiting inputs in order, the turns by their prompts' seq,
+and the stop poll's sessions by holder."""
 
 IDS_INDEX: Final = "steerable_session_ids"  # unique on (s, k): an id in one document only
 IDS_KEY: Final = (("s", 1), ("k", 1))
@@ -48,6 +58,8 @@ Entry = dict[str, Any]
 """One stored message: ``{"i": id, "b": body, "z": size}``, or ``"r": [blob ids]`` for ``b``.
 
 ``z`` is the entry's approximate size in the head document, so the head knows its bytes.
+Once stored, ``"a"`` is the server's clock when it was, in milliseconds (absent on entries
+stored before migration step 4).
 """
 
 
@@ -125,11 +137,13 @@ def append_pipeline(
     update if a chunk of the session holds one. The ids of earlier saves leave ``k`` (their
     entries' ``i`` in the tail keep them unique, by the save's filter), so the head holds
     as few index keys as a save brings. The steers taken are left in the head's ``took``
-    (the caller reads them from the returned document). A waiting steer whose id is among
-    the saved messages' ids is dropped, not taken: the run recorded it already (from its
-    in-memory box, say), and an id is recorded once. Values from the caller are wrapped in
-    ``$literal``: an id like ``"$x"`` is data here. ``create``: the update may create the
-    head (the first save), so every field gets a default.
+    (the caller reads them from the returned document). Every entry appended, a taken
+    steer too, gets ``a``, the server's clock in milliseconds: the time it was stored. A
+    waiting steer whose id is among the saved messages' ids is dropped, not taken: the run
+    recorded it already (from its in-memory box, say), and an id is recorded once. Values
+    from the caller are wrapped in ``$literal``: an id like ``"$x"`` is data here.
+    ``create``: the update may create the head (the first save), so every field gets a
+    default.
     """
     take = min(take, _MAX_INT32)
 
@@ -148,6 +162,8 @@ def append_pipeline(
         added.append("$took")
         count.append({"$size": "$took"})
         size.append({"$sum": {"$map": {"input": "$took", "in": "$$this.z"}}})
+    stamped = {"$mergeObjects": ["$$this", {"a": {"$toLong": "$$NOW"}}]}
+    added = [{"$map": {"input": {"$concatArrays": added}, "in": stamped}}]
     update: dict[str, Any] = {
         "box": {"$slice": [box, take, _MAX_INT32]} if take else box,
         "tail": {"$concatArrays": [field("tail", []), *added]},
@@ -233,3 +249,17 @@ def chunk_range(session: str, end: int) -> dict[str, Any]:
     is a string) falls inside it.
     """
     return {"_id": {"$gte": {"s": session, "p": 0}, "$lt": {"s": session, "p": end}}}
+
+
+def call(session: str, key: str) -> dict[str, str]:
+    """The ``_id`` of call ``key``'s entry in the session's tool journal."""
+    return {"s": session, "k": key}
+
+
+def journal_of(session: str) -> dict[str, Any]:
+    """The filter of every entry of the session's tool journal, a range of the ``_id`` index.
+
+    ``{s, k}`` documents compare by ``s``, then by ``k``: every key (a non-empty string)
+    lies between the empty string and ``MaxKey``.
+    """
+    return {"_id": {"$gte": call(session, ""), "$lt": {"s": session, "k": MaxKey()}}}

@@ -31,16 +31,21 @@ APPLY: Final = "await steerable.stores.mongodb.migrate(db)"
 _NAMESPACE_EXISTS: Final = 48
 
 
-async def _collections(db: AsyncDatabase[Any]) -> None:
-    """Create the store's collections (and the versions' one) if they are missing."""
+async def _create_missing(db: AsyncDatabase[Any], names: tuple[str, ...]) -> None:
+    """Create the collections of ``names`` that ``db`` lacks."""
     existing = set(await db.list_collection_names())
-    for name in (*layout.CORE_COLLECTIONS, SCHEMA):
+    for name in names:
         if name not in existing:
             try:
                 await db.create_collection(name, check_exists=False)
             except OperationFailure as exc:
                 if exc.code != _NAMESPACE_EXISTS:  # created meanwhile: what we wanted
                     raise
+
+
+async def _collections(db: AsyncDatabase[Any]) -> None:
+    """Create the store's collections (and the versions' one) if they are missing."""
+    await _create_missing(db, (*layout.CORE_COLLECTIONS, SCHEMA))
 
 
 async def _heads_of_layout_2(db: AsyncDatabase[Any]) -> None:
@@ -89,19 +94,60 @@ async def _service_collections(db: AsyncDatabase[Any]) -> None:
     a collection, and every service write is a transaction. An index of the same keys made
     by hand under another name is adopted, as for step 2's.
     """
-    existing = set(await db.list_collection_names())
-    for name in layout.SERVICE_COLLECTIONS:
-        if name not in existing:
-            try:
-                await db.create_collection(name, check_exists=False)
-            except OperationFailure as exc:
-                if exc.code != _NAMESPACE_EXISTS:
-                    raise
-    for collection, name, keys, unique in layout.SERVICE_INDEXES:
+    await _create_missing(db, layout.SERVICE_COLLECTIONS)
+    await _indexes(db, layout.SERVICE_INDEXES)
+
+
+async def _indexes(
+    db: AsyncDatabase[Any], indexes: tuple[tuple[str, str, tuple[tuple[str, int], ...], bool], ...]
+) -> None:
+    """Create the ``(collection, name, keys, unique)`` indexes that are missing; one of the
+    same keys made by hand under another name is adopted."""
+    for collection, name, keys, unique in indexes:
         specs = (await db[collection].index_information()).values()
         if any(tuple((str(k), int(o)) for k, o in spec.get("key", ())) == keys for spec in specs):
             continue
         await db[collection].create_index(list(keys), unique=unique, name=name)
+
+
+async def _waiting_counts(db: AsyncDatabase[Any]) -> None:
+    """Give every session's service document ``wt``, the number of its inputs waiting.
+
+    Only documents that lack it: each is set once, to a count of what the inputs hold (the
+    same for every migrator, with the writers stopped).
+    """
+    service, inputs = db[layout.SERVICE], db[layout.INPUTS]
+    async for doc in service.find({"wt": {"$exists": False}}, {"_id": 1}):
+        waiting = await inputs.count_documents({"s": doc["_id"], "st": "waiting"})
+        await service.update_one(
+            {"_id": doc["_id"], "wt": {"$exists": False}}, {"$set": {"wt": waiting}}
+        )
+
+
+async def _turn_seqs(db: AsyncDatabase[Any]) -> None:
+    """Give every turn ``n``, its prompt's seq, read from the prompt's input document."""
+    turns, inputs = db[layout.TURNS], db[layout.INPUTS]
+    async for turn in turns.find({"n": {"$exists": False}}, {"_id": 1}):
+        prompt = await inputs.find_one({"_id": turn["_id"]}, {"n": 1})  # the same {s, i}
+        if prompt is not None:
+            await turns.update_one(
+                {"_id": turn["_id"], "n": {"$exists": False}}, {"$set": {"n": prompt["n"]}}
+            )
+
+
+async def _queue_indexes(db: AsyncDatabase[Any]) -> None:
+    """The indexes of the waiting inputs in order, the turns by seq, and the stop poll."""
+    await _indexes(db, layout.QUEUE_INDEXES)
+
+
+async def _journal_collection(db: AsyncDatabase[Any]) -> None:
+    """Create the tool journal's collection, if it is missing.
+
+    Its entries are found by ``_id`` (``{s, k}``, a session's a range of it), so it needs no
+    index of its own; made here because ``delete`` removes entries in a transaction, which
+    may not create a collection before MongoDB 4.4.
+    """
+    await _create_missing(db, (layout.JOURNAL,))
 
 
 MIGRATIONS: Final[tuple[Migration[Step], ...]] = validated(
@@ -116,6 +162,16 @@ MIGRATIONS: Final[tuple[Migration[Step], ...]] = validated(
             3,
             "the service's collections: sessions' leases, inputs, turns and events",
             (_service_collections,),
+        ),
+        Migration(
+            4,
+            "the queue: waiting inputs counted, turns' prompt seqs, indexes of the views and stops",
+            (_waiting_counts, _turn_seqs, _queue_indexes),
+        ),
+        Migration(
+            5,
+            "the tool journal: one entry per (session, call key), begun or ended",
+            (_journal_collection,),
         ),
     ]
 )

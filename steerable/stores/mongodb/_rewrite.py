@@ -1,16 +1,16 @@
 """The MongoDB store's :class:`~steerable.store.Rewritable` verbs: truncate and delete.
 
 Each is one multi-document transaction (so, like the service, they need a replica set; one
-node will do). It first writes the session's service document (``rw``, a count of cuts and
-deletes, goes up by one): that is the lock every service write takes, so a concurrent
-claim, step or enqueue conflicts with it and one of the two runs again on a fresh snapshot
-(:meth:`MongoServiceTables._transaction`). In that snapshot a running turn (``run``) refuses
-the verb with :class:`~steerable.errors.SessionBusy` and nothing is written. A session that
-has no service document gets one first (outside, as an enqueue does: a claim could
-otherwise start a turn that the cut never saw), which the transaction removes again if
-the service never used it (no claim, no event): a cut of a session the service never saw
-leaves no document of it. A session with no head and no service document has nothing to
-cut or forget, and is answered without a write.
+node will do). It first writes the session's service document (``rw``, a count of cuts,
+deletes and forks, goes up by one): that is the lock every service write takes, so a
+concurrent claim, step or enqueue conflicts with it and one of the two runs again on a fresh
+snapshot (:meth:`ServiceTransactions._transaction`). In that snapshot a running turn
+(``run``) refuses the verb with :class:`~steerable.errors.SessionBusy` and nothing is
+written. A session that has no service document gets one first (outside, as an enqueue does:
+a claim could otherwise start a turn that the cut never saw), which the transaction removes
+again if the service never used it (no claim, no event, no metadata): a cut of a session the
+service never saw leaves no document of it. A session with no head and no service document
+has nothing to cut or forget, and is answered without a write.
 
 A cut writes the head (a save, which writes it too, then conflicts with it, or waits for it
 and finds a length it did not expect), and:
@@ -28,10 +28,12 @@ and finds a length it did not expect), and:
   (its other home, the transcript, has just lost it). Every other removed id may be saved
   again: no tail entry and no id list holds it any more.
 
-A delete removes the head, every chunk, id list and blob of the transcript, and the
-session's inputs, turns and events, and resets the service document's counts (inputs,
-queued, turns, work) but not its epoch (``ep``) or its event count (``ev``): a stale holder
-stays fenced and the next event id is the one after the last. With no inputs (``seq`` 0)
+A delete removes the head, every chunk, id list and blob of the transcript, the entries of
+the session's tool journal (:mod:`._journal`; a session with nothing else is deleted too,
+though it had nothing to report), and the session's inputs, turns and events, resets the
+service document's counts (inputs, queued, waiting, turns, work) and drops its metadata,
+but keeps its epoch (``ep``) and its event count (``ev``): a stale holder stays fenced and
+the next event id is the one after the last. With no inputs (``seq`` 0)
 it is not listed.
 
 A limit: a flush is four commands outside any transaction (see the package docstring). A
@@ -59,17 +61,22 @@ from steerable import codec
 from steerable.errors import CorruptRecord, SessionBusy, StoreError, TranscriptConflict
 from steerable.messages import Message
 from steerable.stores.mongodb import _layout as layout
+from steerable.stores.mongodb._documents import NEW_SESSION, Doc
 from steerable.stores.mongodb._errors import reaching
+from steerable.stores.mongodb._journal import MongoJournaling
 from steerable.stores.mongodb._layout import Entry
-from steerable.stores.mongodb._service import _NEW_SESSION, _RETRIES, Doc, MongoServiceTables
-from steerable.stores.mongodb._service import _Missing as Missing
+from steerable.stores.mongodb._service import MongoServiceTables
+from steerable.stores.mongodb._transactions import RETRIES, Missing
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.collection import AsyncCollection
 
 _T = TypeVar("_T")
 _END = 2**62  # past every position: the upper bound of a range of {s, p} documents
-_RESET: Doc = {"seq": 0, "q": 0, "w": False, "tn": 0, "h": None, "x": 0, "sr": False}
+_RESET: Doc = {
+    "$set": {"seq": 0, "q": 0, "wt": 0, "w": False, "tn": 0, "h": None, "x": 0, "sr": False},
+    "$unset": {"md": ""},
+}
 
 
 def _from(session: str, position: int) -> Doc:
@@ -88,8 +95,10 @@ class _Moving(Exception):
         self.marked = marked
 
 
-class MongoRewritable(MongoServiceTables):
-    """:meth:`truncate` and :meth:`delete` of :class:`MongoStore`; see the module docstring."""
+class MongoRewritable(MongoJournaling, MongoServiceTables):
+    """:meth:`truncate` and :meth:`delete` of :class:`MongoStore`; see the module docstring.
+
+    On the journal's class: a delete forgets the session's journal too."""
 
     if TYPE_CHECKING:  # provided by MongoStore
         _blobs: AsyncCollection[Any]
@@ -105,8 +114,8 @@ class MongoRewritable(MongoServiceTables):
                 if length is not None and length != 0:
                     raise TranscriptConflict(session, length, 0)
                 return []
-            for attempt in range(_RETRIES):
-                last = attempt == _RETRIES - 1  # a flush that will not finish is called off
+            for attempt in range(RETRIES):
+                last = attempt == RETRIES - 1  # a flush that will not finish is called off
                 cut = functools.partial(self._cut, session=session, at=at, length=length)
                 try:
                     return await self._locked(session, "cut", functools.partial(cut, call_off=last))
@@ -125,10 +134,13 @@ class MongoRewritable(MongoServiceTables):
             return await self._locked(session, "deleted", lambda s: self._forget(s, session))
 
     async def _exists(self, session: str) -> bool:
-        """Whether the session has a head or a service document (outside a transaction)."""
+        """Whether the session has a head, a service document or a journal entry (outside a
+        transaction)."""
         if await self._heads.find_one({"_id": session}, {"_id": 1}) is not None:
             return True
-        return await self._service.find_one({"_id": session}, {"_id": 1}) is not None
+        if await self._service.find_one({"_id": session}, {"_id": 1}) is not None:
+            return True
+        return await self._journal.find_one(layout.journal_of(session), {"_id": 1}) is not None
 
     async def _locked(
         self, session: str, what: str, body: Callable[[AsyncClientSession], Awaitable[_T]]
@@ -138,29 +150,44 @@ class MongoRewritable(MongoServiceTables):
         A running turn there is :class:`SessionBusy` (``what`` the session cannot be).
         """
 
+        async def unless_busy(s: AsyncClientSession, service: Doc) -> _T:
+            if service["run"] is not None:
+                raise SessionBusy(session, service["run"], what)
+            return await body(s)
+
+        return await self._holding(session, unless_busy)
+
+    async def _holding(
+        self, session: str, body: Callable[[AsyncClientSession, Doc], Awaitable[_T]]
+    ) -> _T:
+        """``body`` in one transaction that first locks the session's service document,
+        which it is given (``run``, ``seq``, ``md``, as locked).
+
+        A session with no service document gets one first, outside (a racing writer's
+        counts as well); the transaction removes it again if the service never used it.
+        """
+
         async def locked(s: AsyncClientSession) -> _T:
             service: Doc | None = await self._service.find_one_and_update(
                 {"_id": session},
                 {"$inc": {"rw": 1}},
-                projection={"run": 1, "ep": 1, "ev": 1},
+                projection={"run": 1, "ep": 1, "ev": 1, "seq": 1, "md": 1},
                 return_document=ReturnDocument.AFTER,
                 session=s,
             )
             if service is None:
                 raise Missing
-            if service["run"] is not None:
-                raise SessionBusy(session, service["run"], what)
-            result = await body(s)
-            if service["ep"] == 0 and service["ev"] == 0:  # made only to be locked: no trace
+            result = await body(s, service)
+            if service["ep"] == service["ev"] == 0 and "md" not in service:  # no trace
                 await self._service.delete_one({"_id": session}, session=s)
             return result
 
-        for _ in range(_RETRIES):
+        for _ in range(RETRIES):
             try:
                 return await self._transaction(locked)
             except Missing:
                 with suppress(DuplicateKeyError):  # made by a racing writer meanwhile
-                    new = {"$setOnInsert": _NEW_SESSION}
+                    new = {"$setOnInsert": NEW_SESSION}
                     await self._service.update_one({"_id": session}, new, upsert=True)
         raise StoreError(f"session {session!r}: its service document kept vanishing")
 
@@ -177,6 +204,13 @@ class MongoRewritable(MongoServiceTables):
             raise TranscriptConflict(session, length, stored)
         if head is None or at >= stored:
             return []
+        return await self._cut_from(s, session, head, at, call_off=call_off)
+
+    async def _cut_from(
+        self, s: AsyncClientSession, session: str, head: Doc, at: int, *, call_off: bool
+    ) -> list[Message]:
+        """Remove the messages at ``at`` (< ``n``) and after from ``head``, as read in the
+        transaction ``s``; returns them. Also :meth:`MongoRepairable.replace`'s first half."""
         base, marked = int(head["base"]), int(head.get("mv") or 0)
         if marked and at < base + marked and not call_off:
             raise _Moving(marked)  # the cut reaches entries a flush is moving: finish it first
@@ -274,10 +308,13 @@ class MongoRewritable(MongoServiceTables):
         await self._heads.delete_one({"_id": session}, session=s)
         if refs:
             await self._blobs.delete_many({"_id": {"$in": refs}}, session=s)
+        await self._journal.delete_many(layout.journal_of(session), session=s)
         inputs = await self._inputs.delete_many({"s": session}, session=s)
         await self._turns.delete_many({"s": session}, session=s)
         await self._events.delete_many({"s": session}, session=s)
         # the document stays for its epoch (a stale holder stays fenced) and its event count
         # (ids go on); with no inputs it is not listed
-        await self._service.update_one({"_id": session}, {"$set": _RESET}, session=s)
-        return had or inputs.deleted_count > 0
+        before: Doc | None = await self._service.find_one_and_update(
+            {"_id": session}, _RESET, projection={"md": 1}, session=s
+        )
+        return had or inputs.deleted_count > 0 or (before is not None and "md" in before)

@@ -25,20 +25,25 @@ from steerable.store import Steer
 from steerable.stores.migrations import require
 from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
+from steerable.stores.mongodb._fork import MongoForkable
 from steerable.stores.mongodb._layout import Entry, Staged
 from steerable.stores.mongodb._migrate import APPLY, MIGRATIONS, schema_version
-from steerable.stores.mongodb._rewrite import MongoRewritable
+from steerable.stores.mongodb._replace import MongoRepairable
 
 _RACE_RETRIES = 5
 
 
-class MongoStore(MongoRewritable):
-    """A :class:`steerable.Store` (and :class:`~steerable.store.Rewritable`) and a service
-    store in a MongoDB database.
+class MongoStore(MongoRepairable, MongoForkable):
+    """A :class:`steerable.Store` (:class:`~steerable.store.Rewritable`,
+    :class:`~steerable.store.Forkable`, :class:`~steerable.store.Journaling` and
+    :class:`~steerable.store.Repairable`) and a service store in a MongoDB database.
 
     See the package docstring for the transcript's documents,
-    :mod:`steerable.stores.mongodb._service` for the service's (which need a replica set) and
-    :mod:`steerable.stores.mongodb._rewrite` for truncate and delete (a replica set too).
+    :mod:`steerable.stores.mongodb._service` for the service's (which need a replica set),
+    :mod:`steerable.stores.mongodb._rewrite` for truncate and delete,
+    :mod:`steerable.stores.mongodb._fork` for fork and
+    :mod:`steerable.stores.mongodb._replace` for replace (a replica set too), and
+    :mod:`steerable.stores.mongodb._journal` for the tool journal.
 
     ``db`` is a database of the application's ``pymongo.AsyncMongoClient``: its pool,
     timeouts and write concern are the application's choice. Keep the default primary read

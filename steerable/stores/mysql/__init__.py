@@ -11,7 +11,8 @@
 
 The store runs no DDL: its schema is :data:`MIGRATIONS`, an ordered list of versioned steps
 (the core's three tables and save procedure, then the service's four tables and step
-procedure), which the application applies with
+procedure, then the metadata, times and usage columns and the keys of the bounded views
+and the stop poll, then the tool journal's table), which the application applies with
 :func:`migrate` where it runs its own migrations; :data:`SCHEMA_VERSION` is the version
 this steerable needs. :meth:`MySQLStore.check_schema` (the
 :class:`steerable.stores.migrations.SchemaVersioned` ability) refuses an older database
@@ -27,10 +28,20 @@ each service write is one transaction under the session's row lock, its step one
 trip like the core's save; leases run on the server's clock. The
 :class:`steerable.store.Rewritable` verbs (``truncate``, ``delete``) are each one
 transaction under the session's service row lock and then the core's (the one every save
-takes), refused with :class:`steerable.errors.SessionBusy` while a turn runs. MySQL has no
-notifications, so the store gives no hints (it is not
-:class:`~steerable.service_store.Notifying`): the service polls. The pool's connections must
-use ``charset="utf8mb4"`` (aiomysql's default); any other is refused with a clear error.
+takes), refused with :class:`steerable.errors.SessionBusy` while a turn runs. The
+:class:`steerable.store.Forkable` verb (``fork``) is one transaction under the new
+session's two locks, taken in that order, whose copy of the messages is one
+``INSERT ... SELECT`` the server runs: the same eight statements for one message or a
+thousand. The :class:`steerable.store.Repairable` verb (``replace``) is one transaction
+under the same two locks as ``truncate``, not refused while a turn runs: it compares the
+tail's ids and swaps it, or changes nothing. The :class:`steerable.store.Journaling` verbs
+(``begin_calls``, ``end_call``) are each one transaction under the session's core lock
+alone, so of many begins of one call key exactly one is told it is new; they are not
+fenced by the service's lease. MySQL has no notifications, so the store gives no hints (it is not
+:class:`~steerable.service_store.Notifying`): the service polls, for stops with
+``stopping(holder)``, one statement over a key of the holder's own sessions. The pool's
+connections must use ``charset="utf8mb4"`` (aiomysql's default); any other is refused with
+a clear error.
 
 Needs the ``mysql`` extra: ``pip install 'steerable[mysql]'``.
 """

@@ -18,8 +18,12 @@ database missing the procedure tells the caller plainly which step to apply. Ste
 ``steerable_step_v1`` is the service's step made the same way: fenced by the lease's epoch
 and holder under the session's row lock, then the save, the take of the steers offered to
 the running turn and the durable events, in one CALL. Both run with the caller's rights
-(``SQL SECURITY INVOKER``): the application's user needs SELECT, INSERT and UPDATE on the
-tables and EXECUTE on the procedures.
+(``SQL SECURITY INVOKER``): the application's user needs SELECT, INSERT, UPDATE and DELETE
+on the tables and EXECUTE on the procedures; the migrating user also CREATE, ALTER, INDEX
+and CREATE ROUTINE, ALTER ROUTINE (step 3 makes, calls and drops a procedure of its own).
+Step 3 adds no procedure: the messages' new ``at`` column has a default, which the inserts
+of both procedures take, so the save and the step stay one CALL each. Step 4 adds one
+table, the tool journal's, written by plain transactions of the store (see ``._journal``).
 
 MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
 ``JSON_TABLE``, window functions, ``SIGNAL``, ``SKIP LOCKED``, indexed generated columns
@@ -366,10 +370,96 @@ BEGIN
 END""",
 )
 
+# Step 3 adds columns and keys to the tables of steps 1 and 2. Neither server has one
+# spelling of "ADD COLUMN IF NOT EXISTS" (MySQL has none), so a procedure made for the step
+# checks information_schema and alters each table once; one ALTER per table is atomic on
+# both, so its first new column marks it done. It is dropped at the end (and first, in case
+# a migrator was cut off before that). Columns are added NULL without a default, so the
+# rows of before read None ("not recorded") rather than the time of the migration, and
+# the ALTER is instant on both servers; the messages' time gets its default afterwards.
+_MIGRATE_3 = "steerable_migrate_v3"
+
+
+def _once(table: str, marker: str, alter: str) -> str:
+    return f"""IF NOT EXISTS (SELECT 1 FROM information_schema.COLUMNS
+            WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '{table}'
+            AND COLUMN_NAME = '{marker}') THEN
+        ALTER TABLE {table} {alter};
+    END IF;"""
+
+
+# each table's additions, one ALTER, done once (its first column marks it)
+_MESSAGES_3 = _once("steerable_messages", "at", f"ADD COLUMN at {_TIME} NULL")
+# an input's metadata (JSON text of an object; NULL: none) and arrival; the key gives the
+# waiting inputs (or any one state's) in their order, so a bounded view reads no more
+_INPUTS_3 = _once(
+    "steerable_inputs",
+    "metadata",
+    f"ADD COLUMN metadata {_JSON_STR} NULL, ADD COLUMN at {_TIME} NULL,"
+    " ADD KEY steerable_inputs_state (session, state, seq)",
+)
+# a turn's prompt's seq (the order turns start in, which pages them), its times and its
+# usage (JSON text of an object; NULL: none)
+_TURNS_3 = _once(
+    "steerable_turns",
+    "seq",
+    f"ADD COLUMN seq BIGINT NOT NULL DEFAULT 0, ADD COLUMN started_at {_TIME} NULL,"
+    f" ADD COLUMN ended_at {_TIME} NULL, ADD COLUMN token_usage {_JSON_STR} NULL,"
+    " ADD KEY steerable_turns_seq (session, seq)",
+)
+# the session's metadata; the holder's key is the stop poll's: the sessions one replica
+# holds, in order, with no read of anyone else's
+_SERVICE_3 = _once(
+    "steerable_service",
+    "metadata",
+    f"ADD COLUMN metadata {_JSON_STR} NULL, ADD KEY steerable_service_holder (holder, session)",
+)
+
+_STEP_3 = (
+    f"DROP PROCEDURE IF EXISTS {_MIGRATE_3}",
+    f"""CREATE PROCEDURE {_MIGRATE_3}()
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'steerable: schema step 3, made and dropped by the step itself'
+BEGIN
+    {_MESSAGES_3}
+    -- when a message was stored: every insert (the procedures' too) takes the default
+    ALTER TABLE steerable_messages ALTER COLUMN at SET DEFAULT ({NOW});
+    {_INPUTS_3}
+    {_TURNS_3}
+    {_SERVICE_3}
+END""",
+    f"CALL {_MIGRATE_3}()",
+    f"DROP PROCEDURE {_MIGRATE_3}",
+    # the turns of before: their prompt's seq (a turn's id is its prompt's)
+    """UPDATE steerable_turns AS t
+    JOIN steerable_inputs AS i ON i.session = t.session AND i.id = t.id
+    SET t.seq = i.seq WHERE t.seq = 0""",
+)
+
+# Step 4: the tool journal (steerable.store.Journaling), one row per call of a session:
+# ``result`` NULL while the call is started and not ended, then the stored text of its
+# result (steerable.journal.encode_result), never a JSON column (it would rewrite it).
+_STEP_4 = (
+    f"""CREATE TABLE IF NOT EXISTS steerable_journal (
+    session  {_ID},
+    call_key {_ID},
+    result   LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    PRIMARY KEY (session, call_key)
+) {_TABLE}""",
+)
+
 MIGRATIONS: Final = validated(
     [
         Migration(1, "the sessions, messages and steers tables and the save procedure", _STEP_1),
         Migration(2, "the service's tables: sessions' leases, inputs, turns, events", _STEP_2),
+        Migration(
+            3,
+            "inputs' and sessions' metadata, times of inputs, turns and messages, turns' usage;"
+            " keys for the bounded views and the stop poll",
+            _STEP_3,
+        ),
+        Migration(4, "the tool journal: a row per call key of a session, its result", _STEP_4),
     ]
 )
 """The schema of the MySQL/MariaDB store: apply it with :func:`steerable.stores.mysql.migrate`."""

@@ -1,368 +1,104 @@
-"""The MySQL store's service tables: inputs, turns, leases and events (schema step 2).
+"""The MySQL store's service writes: inputs in, turns claimed, stepped and ended (schema 2, 3).
 
-Every write is one transaction that first locks the session's ``steerable_service`` row
-(``SELECT ... FOR UPDATE``): writers of one session queue there, fencing is checked under
-that lock, and a refusal rolls back whole. The step is one CALL of the schema's
-``steerable_step_v1``, which does the same server side; it also takes the core's lock, the
-session's ``steerable_sessions`` row, so the service's saves and the core's never
-interleave (always in that order: service row, then core row). Because the lock comes
-before the transaction's first plain read, that read's snapshot (REPEATABLE READ) or
-every read (READ COMMITTED) sees all that earlier writers of the session committed.
+Each write is one transaction of :mod:`._transaction`, under the session's service row
+lock (fencing is checked under it, a refusal rolls back whole); the step is one CALL of
+the schema's ``steerable_step_v1``, which does the same server side and also takes the
+core's lock, so the service's saves and the core's never interleave. The reads are
+:mod:`._views`'.
 
-Times are the server's clock, read in the transaction (UTC seconds since the Unix epoch, as
-exact decimals); a lease is live while its expiry is later than that clock. The views
-read under a shared lock of the same row, so each answer is one consistent moment.
+Times are the server's clock, read in the transaction (UTC seconds since the Unix epoch,
+as exact decimals); a lease is live while its expiry is later than that clock. MySQL has
+no notifications: the store gives no hints, and the service polls (``stopping`` is its
+cheap read for stops).
 
-MySQL has no notifications: the store gives no hints, and the service polls.
+Where a steer goes (the contract's rule): to the running turn while it runs, is not
+stopping and was offered fewer than its cap; with no turn running, to the first input
+waiting to be a turn (the head of the queue), uncapped, and the claim that starts it
+counts those steers as offered to it. An input's ``turn`` column holds where it went.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, TypeVar
-
-import aiomysql  # type: ignore[import-untyped]
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from steerable import codec
-from steerable.errors import Fenced, SteerableError, StoreUnavailable
+from steerable.errors import QueueFull, SessionNotIdle, StoreUnavailable, TurnMismatch
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
     Claim,
-    Entry,
     EventKind,
     Input,
     InputView,
     Lease,
     Outcome,
     Renewal,
-    ServiceEvent,
-    SessionState,
-    SessionSummary,
-    Status,
-    TurnView,
     counts_as_step,
-    listing,
     message_event,
 )
-from steerable.stores.mysql._driver import (
-    ATTEMPTS,
-    MAX_AT,
-    RETRY,
-    Connection,
-    Cursor,
-    Pool,
-    Rows,
-    broken,
-    check_charset,
-    check_id,
-    code_of,
-    error_of,
-    rollback,
-    text_of,
+from steerable.stores.mysql._driver import MAX_AT, check_id, text_of
+from steerable.stores.mysql._rows import (
+    INPUT,
+    ServiceRow,
+    TurnRow,
+    input_view,
+    object_text,
 )
 from steerable.stores.mysql._schema import NOW, STEP
-
-__all__ = ["CORE_LOCK", "MySQLServiceTables", "Tx", "length_of", "locked"]
-
-_T = TypeVar("_T")
-
-_NOW = NOW
-_MICRO = Decimal("0.000001")
-_MAX_SECONDS = 10**9  # a lease longer than ~31 years is as good as forever (DECIMAL(20, 6))
-
-_SERVICE = (
-    "SELECT epoch, holder, running, queued, inputs, turns, events, expires, "
-    + _NOW
-    + " FROM steerable_service WHERE session = %s "
-)
-_TURN = (
-    "SELECT id, start_position, cap, state, epoch, steps, steers_taken, offered,"
-    " stop_requested, end_position, answer, error FROM steerable_turns"
-)
-_INPUT = "SELECT id, kind, text, seq, state, turn, step FROM steerable_inputs"
-_LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = %s"
-# the core's lock of a session (its steerable_sessions row), as steerable_save_v1 takes it
-CORE_LOCK = (
-    "INSERT INTO steerable_sessions (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
+from steerable.stores.mysql._transaction import (
+    Transactions,
+    Tx,
+    fenced,
+    length_of,
+    locked,
+    turn_of,
+    waiting_of,
 )
 
-# A listing: a range scan of the session rows' primary key (VARBINARY ids compare by their
-# UTF-8 bytes, which is code-point order), the state filter before the LIMIT, the last
-# event's time by one lookup on the events' key. The bounds are filled in.
-_SESSIONS = (
-    "SELECT s.session, s.running, s.queued, e.at FROM steerable_service AS s"
-    " LEFT JOIN steerable_events AS e ON e.session = s.session AND e.id = s.events"
-    " WHERE {bounds} AND s.inputs > 0{state} ORDER BY s.session LIMIT %s"
+__all__ = ["MySQLServiceTables"]
+
+_MAKE = (
+    "INSERT INTO steerable_service (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
 )
-_STATE_FILTER: dict[SessionState | None, str] = {
-    None: "",
-    "running": " AND s.running IS NOT NULL",
-    "queued": " AND s.running IS NULL AND s.queued > 0",
-    "idle": " AND s.running IS NULL AND s.queued = 0",
-}
+_HEAD = (
+    "SELECT seq, id FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
+    " AND turn IS NULL ORDER BY seq LIMIT 1"
+)
+_OFFERED = (
+    "SELECT id FROM steerable_inputs WHERE session = %s AND state = 'waiting' AND turn = %s"
+    " ORDER BY seq"
+)
+_FREE = (
+    "UPDATE steerable_inputs SET turn = NULL WHERE session = %s AND state = 'waiting' AND turn = %s"
+)
 
 
-def listing_query(
-    prefix: str, after: str | None, state: SessionState | None
-) -> tuple[str, list[str]]:
-    """The SELECT of a listing (its LIMIT the last parameter, left out) and its bounds.
+class MySQLServiceTables(Transactions):
+    """The :class:`steerable.service_store.ServiceStore` writes of :class:`MySQLStore`."""
 
-    A bound compared with a VARBINARY id is compared as its UTF-8 bytes (a binary string
-    wins the comparison's type), so the primary key bounds the scan.
-    """
-    lower, included, upper = listing(prefix, after)
-    bounds = f"s.session {'>=' if included else '>'} %s"
-    args = [lower]
-    if upper is not None:
-        bounds += " AND s.session < %s"
-        args.append(upper)
-    return _SESSIONS.format(bounds=bounds, state=_STATE_FILTER[state]), args
+    async def enqueue(
+        self,
+        session: str,
+        input: Input,
+        *,
+        if_idle: bool = False,
+        expected_turn: str | None = None,
+        max_waiting: int | None = None,
+    ) -> Accepted:
+        """Record ``input`` in the session's order of arrival; an id seen before is a no-op.
 
-
-@dataclass(frozen=True, slots=True)
-class _Service:
-    """A session's ``steerable_service`` row, and the server's clock when it was read."""
-
-    epoch: int
-    holder: str | None
-    running: str | None
-    queued: int
-    inputs: int
-    turns: int
-    events: int
-    expires: Decimal | None
-    now: Decimal
-
-    @property
-    def live(self) -> bool:
-        return self.holder is not None and self.expires is not None and self.expires > self.now
-
-    def until(self, seconds: float) -> Decimal:
-        """The expiry of a lease of ``seconds`` from the clock of this read."""
-        span = Decimal(repr(min(max(float(seconds), 0.0), _MAX_SECONDS)))
-        return (self.now + span).quantize(_MICRO)
-
-
-@dataclass(frozen=True, slots=True)
-class _Turn:
-    id: str
-    start: int
-    cap: int
-    state: str
-    epoch: int
-    steps: int
-    steers_taken: int
-    offered: int
-    stop_requested: bool
-    end: int | None
-    text: str
-    error: str | None
-
-
-class Tx:
-    """The cursor of one transaction: statements and their rows."""
-
-    def __init__(self, cursor: Cursor) -> None:
-        self._cursor = cursor
-
-    async def rows(self, sql: str, args: Sequence[object] = ()) -> Rows:
-        await self._cursor.execute(sql, args)
-        return await self._cursor.fetchall()
-
-    async def run(self, sql: str, args: Sequence[object] = ()) -> int:
-        return await self._cursor.execute(sql, args)
-
-    async def restart(self) -> None:
-        """End the transaction, which has only read so far, and begin a new one."""
-        await self._cursor.execute("COMMIT")
-        await self._cursor.execute("START TRANSACTION")
-
-    async def emit(
-        self, session: str, last: int, events: Sequence[tuple[EventKind, str | None, Any]]
-    ) -> None:
-        """Append ``events`` (kind, turn, data) with ids after ``last``, at the server's now."""
-        if not events:
-            return
-        values = ", ".join([f"(%s, %s, %s, %s, %s, {_NOW})"] * len(events))
-        args: list[object] = []
-        for n, (kind, turn, data) in enumerate(events, start=last + 1):
-            args += [session, n, kind, turn, json.dumps(data, separators=(",", ":"))]
-        await self.run(
-            f"INSERT INTO steerable_events (session, id, kind, turn, data, at) VALUES {values}",
-            args,
-        )
-
-
-def _service(row: tuple[Any, ...]) -> _Service:
-    epoch, holder, running, queued, inputs, turns, events, expires, now = row
-    return _Service(
-        int(epoch),
-        None if holder is None else text_of(holder),
-        None if running is None else text_of(running),
-        int(queued),
-        int(inputs),
-        int(turns),
-        int(events),
-        expires,
-        now,
-    )
-
-
-def _turn(row: tuple[Any, ...]) -> _Turn:
-    id, start, cap, state, epoch, steps, taken, offered, stop, end, answer, error = row
-    return _Turn(
-        text_of(id),
-        int(start),
-        int(cap),
-        text_of(state),
-        int(epoch),
-        int(steps),
-        int(taken),
-        int(offered),
-        bool(stop),
-        None if end is None else int(end),
-        "" if answer is None else json.loads(answer),
-        None if error is None else json.loads(error),
-    )
-
-
-def _turn_view(svc: _Service, turn: _Turn) -> TurnView:
-    live = turn.id == svc.running
-    expires = svc.expires if live and svc.holder is not None else None
-    return TurnView(
-        turn.id,
-        turn.state,  # type: ignore[arg-type]  # written by this module: one of TurnState
-        holder=svc.holder if live else None,
-        epoch=turn.epoch,
-        lease_expires_at=None if expires is None else float(expires),
-        steps=turn.steps,
-        steers_taken=turn.steers_taken,
-        stop_requested=turn.stop_requested,
-        start=turn.start,
-        end=turn.end,
-        text=turn.text,
-        error=turn.error,
-    )
-
-
-def _input_view(row: tuple[Any, ...]) -> InputView:
-    id, kind, text, seq, state, turn, step = row
-    return InputView(
-        text_of(id),
-        text_of(kind),  # type: ignore[arg-type]  # written by this module: an InputKind
-        json.loads(text),
-        int(seq),
-        text_of(state),  # type: ignore[arg-type]  # written by this module: an InputState
-        None if turn is None else text_of(turn),
-        None if step is None else int(step),
-    )
-
-
-async def locked(tx: Tx, session: str, *, share: bool = False) -> _Service | None:
-    """The session's service row, locked for update (or shared); None when it has none."""
-    lock = "LOCK IN SHARE MODE" if share else "FOR UPDATE"
-    rows = await tx.rows(_SERVICE + lock, (session,))
-    return _service(rows[0]) if rows else None
-
-
-async def _turn_of(tx: Tx, session: str, id: str) -> _Turn | None:
-    rows = await tx.rows(f"{_TURN} WHERE session = %s AND id = %s", (session, id))
-    return _turn(rows[0]) if rows else None
-
-
-async def _fenced(tx: Tx, lease: Lease) -> tuple[_Service, _Turn]:
-    """The session's row and running turn, if ``lease`` still holds it; else :class:`Fenced`."""
-    svc = await locked(tx, lease.session)
-    if svc is None or svc.epoch != lease.epoch or svc.holder != lease.holder:
-        raise Fenced(lease.session, lease.epoch, svc.epoch if svc else None)
-    turn = None if svc.running is None else await _turn_of(tx, lease.session, svc.running)
-    if turn is None:
-        raise Fenced(lease.session, lease.epoch, svc.epoch)
-    return svc, turn
-
-
-async def length_of(tx: Tx, session: str) -> int:
-    """How many messages the session's transcript holds, read in the transaction."""
-    rows = await tx.rows(_LENGTH, (session,))
-    return int(rows[0][0])
-
-
-class MySQLServiceTables:
-    """The :class:`steerable.service_store.ServiceStore` verbs of :class:`MySQLStore`."""
-
-    _pool: Pool
-
-    # provided by MySQLStore
-    async def _check_once(self) -> None:
-        raise NotImplementedError
-
-    async def _run(
-        self, sql: str, args: Sequence[object], *, session: str = "", at: int | None = None
-    ) -> Rows:
-        raise NotImplementedError
-
-    async def _atomic(
-        self, session: str, work: Callable[[Tx], Awaitable[_T]], *, at: int | None = None
-    ) -> _T:
-        """``work`` in one transaction, again after a deadlock (it was rolled back whole).
-
-        Not again after a broken connection: the COMMIT may have been done.
+        The conditions are checked under the session's lock; a refusal rolls back whole
+        (the session's row too, when this enqueue made it).
         """
-        await self._check_once()
-        for attempt in range(ATTEMPTS):
-            try:
-                return await self._transaction(work)
-            except aiomysql.MySQLError as exc:
-                if code_of(exc) in RETRY and attempt < ATTEMPTS - 1:
-                    continue
-                raise error_of(exc, session, at) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _transaction(self, work: Callable[[Tx], Awaitable[_T]]) -> _T:
-        try:
-            conn: Connection = await self._pool.acquire()
-        except (aiomysql.MySQLError, OSError) as exc:
-            raise error_of(exc, "", None) from exc
-        try:
-            check_charset(conn)
-            cursor = await conn.cursor(aiomysql.Cursor)
-            # ends whatever transaction the connection held (it could only have read)
-            await cursor.execute("START TRANSACTION")
-            result = await work(Tx(cursor))
-            await cursor.execute("COMMIT")
-            return result
-        except aiomysql.MySQLError as exc:
-            if broken(exc) or conn.closed:
-                conn.close()
-            else:
-                await rollback(conn)
-            raise
-        except SteerableError:
-            await rollback(conn)  # refused by the checks: nothing of it is kept
-            raise
-        except BaseException:
-            conn.close()  # cancelled mid-answer: a state nobody knows, never back to the pool
-            raise
-        finally:
-            await self._pool.release(conn)
-
-    # -- writes ----------------------------------------------------------------------------
-
-    async def enqueue(self, session: str, input: Input) -> Accepted:
-        """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
         check_id(session, "session id")
         check_id(input.id, "input id")
+        conditions = _Conditions(if_idle, expected_turn, max_waiting)
 
         async def work(tx: Tx) -> Accepted:
-            await tx.run(
-                "INSERT INTO steerable_service (session) VALUES (%s)"
-                " ON DUPLICATE KEY UPDATE session = session",
-                (session,),
-            )
+            await tx.run(_MAKE, (session,))
             svc = await locked(tx, session)
             if svc is None:  # made just above, in this transaction
                 raise StoreUnavailable(f"session {session!r}: its service row is missing")
@@ -375,9 +111,59 @@ class MySQLServiceTables:
                 kind, seq, first, ahead = seen[0]
                 turn = None if first is None else text_of(first)
                 return Accepted(input.id, text_of(kind), int(seq), turn, int(ahead), True)  # type: ignore[arg-type]
-            return await _enqueue(tx, session, svc, input)
+            return await _enqueue(tx, session, svc, input, conditions)
 
         return await self._atomic(session, work)
+
+    async def cancel(self, session: str, id: str) -> InputView | None:
+        """Take back the waiting input ``id`` (it becomes ``cancelled``); its view after.
+
+        Under the session's lock, as a claim and a step are: exactly one of them has it.
+        """
+        check_id(session, "session id")
+        if len(id) > 255:
+            return None  # no stored id is that long
+
+        async def work(tx: Tx) -> InputView | None:
+            svc = await locked(tx, session)
+            rows = await tx.rows(f"{INPUT} WHERE session = %s AND id = %s", (session, id))
+            if svc is None or not rows:
+                return None
+            view = input_view(rows[0])
+            if view.state != "waiting":
+                return view
+            released: list[str] = []
+            if view.turn is None and svc.running is None:  # the head: its steers go free
+                released = [text_of(r[0]) for r in await tx.rows(_OFFERED, (session, id))]
+                await tx.run(_FREE, (session, id))
+            await tx.run(
+                "UPDATE steerable_inputs SET state = 'cancelled', turn = NULL"
+                " WHERE session = %s AND seq = %s",
+                (session, view.seq),
+            )
+            data = {"id": id, "released": released}
+            await tx.emit(session, svc.events, [("cancelled", view.turn, data)])
+            queued = len(released) - (view.turn is None)
+            await tx.run(
+                "UPDATE steerable_service SET queued = queued + %s, events = events + 1"
+                " WHERE session = %s",
+                (queued, session),
+            )
+            return replace(view, state="cancelled", turn=None)
+
+        return await self._atomic(session, work)
+
+    async def set_metadata(self, session: str, metadata: dict[str, Any]) -> None:
+        """Replace the session's metadata; one statement, making the session's row if need be."""
+        check_id(session, "session id")
+        text = object_text(metadata)
+        await self._check_once()
+        await self._run(
+            "INSERT INTO steerable_service (session, metadata) VALUES (%s, %s)"
+            " ON DUPLICATE KEY UPDATE metadata = %s",
+            (session, text, text),
+            session=session,
+        )
 
     async def claim(
         self, holder: str, *, seconds: float, cap: int, session: str | None = None
@@ -392,7 +178,7 @@ class MySQLServiceTables:
             if name is None:
                 # a session being written to is skipped, not waited for: another claimer
                 # has it, or the poll comes back to it
-                scan = f"SELECT session FROM steerable_service WHERE claimable <= {_NOW}"
+                scan = f"SELECT session FROM steerable_service WHERE claimable <= {NOW}"
                 rows = await tx.rows(scan + " ORDER BY claimable LIMIT 1 FOR UPDATE SKIP LOCKED")
                 if not rows:
                     # SKIP LOCKED also skips a row that a view holds in share mode for a
@@ -415,7 +201,7 @@ class MySQLServiceTables:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
 
         async def work(tx: Tx) -> Renewal:
-            svc, turn = await _fenced(tx, lease)
+            svc, turn = await fenced(tx, lease)
             expires = svc.until(seconds)
             await tx.run(
                 "UPDATE steerable_service SET expires = %s WHERE session = %s",
@@ -457,35 +243,31 @@ class MySQLServiceTables:
 
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
         """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+        usage = object_text(outcome.usage)
 
         async def work(tx: Tx) -> str | None:
-            svc, turn = await _fenced(tx, lease)
+            svc, turn = await fenced(tx, lease)
             session = lease.session
             end = await length_of(tx, session)
             error = None if outcome.error is None else json.dumps(outcome.error)
             await tx.run(
                 "UPDATE steerable_turns SET state = %s, answer = %s, error = %s,"
-                " end_position = %s WHERE session = %s AND id = %s",
-                (outcome.state, json.dumps(outcome.text), error, end, session, turn.id),
+                f" end_position = %s, token_usage = %s, ended_at = {NOW}"
+                " WHERE session = %s AND id = %s",
+                (outcome.state, json.dumps(outcome.text), error, end, usage, session, turn.id),
             )
             # the steers offered and never taken: each a turn of its own, in its place
-            freed = await tx.run(
-                "UPDATE steerable_inputs SET turn = NULL"
-                " WHERE session = %s AND state = 'waiting' AND turn = %s",
-                (session, turn.id),
-            )
-            await tx.emit(session, svc.events, [("turn_ended", turn.id, {"state": outcome.state})])
+            released = [text_of(r[0]) for r in await tx.rows(_OFFERED, (session, turn.id))]
+            await tx.run(_FREE, (session, turn.id))
+            data = {"state": outcome.state, "released": released}
+            await tx.emit(session, svc.events, [("turn_ended", turn.id, data)])
             await tx.run(
                 "UPDATE steerable_service SET running = NULL, holder = NULL, expires = NULL,"
                 " queued = queued + %s, events = events + 1 WHERE session = %s",
-                (freed, session),
+                (len(released), session),
             )
-            following = await tx.rows(
-                "SELECT id FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
-                " AND turn IS NULL ORDER BY seq LIMIT 1",
-                (session,),
-            )
-            return text_of(following[0][0]) if following else None
+            following = await tx.rows(_HEAD, (session,))
+            return text_of(following[0][1]) if following else None
 
         return await self._atomic(lease.session, work)
 
@@ -513,133 +295,52 @@ class MySQLServiceTables:
 
         return await self._atomic(session, work)
 
-    # -- views -----------------------------------------------------------------------------
-
-    async def status(self, session: str) -> Status:
-        """The session's running turn, waiting inputs and queue length."""
-        check_id(session, "session id")
-
-        async def work(tx: Tx) -> Status:
-            svc = await locked(tx, session, share=True)
-            if svc is None:
-                return Status(session, None, [], 0)
-            turn = None if svc.running is None else await _turn_of(tx, session, svc.running)
-            rows = await tx.rows(
-                f"{_INPUT} WHERE session = %s AND state = 'waiting' ORDER BY seq", (session,)
-            )
-            running = None if turn is None else _turn_view(svc, turn)
-            return Status(session, running, [_input_view(r) for r in rows], svc.queued)
-
-        return await self._atomic(session, work)
-
-    async def input(self, session: str, id: str) -> InputView | None:
-        """The input ``id`` and its fate, or None if the session never had it."""
-        check_id(session, "session id")
-        if len(id) > 255:
-            return None  # no stored id is that long
-        await self._check_once()
-        rows = await self._run(f"{_INPUT} WHERE session = %s AND id = %s", (session, id))
-        return _input_view(rows[0]) if rows else None
-
-    async def turn(self, session: str, id: str) -> TurnView | None:
-        """The turn ``id`` (``queued`` while its prompt waits), or None if there is none."""
-        check_id(session, "session id")
-        if len(id) > 255:
-            return None
-
-        async def work(tx: Tx) -> TurnView | None:
-            svc = await locked(tx, session, share=True)
-            if svc is None:
-                return None
-            turn = await _turn_of(tx, session, id)
-            if turn is not None:
-                return _turn_view(svc, turn)
-            rows = await tx.rows(
-                "SELECT 1 FROM steerable_inputs WHERE session = %s AND id = %s"
-                " AND state = 'waiting' AND turn IS NULL",
-                (session, id),
-            )
-            return TurnView(id, "queued") if rows else None
-
-        return await self._atomic(session, work)
-
-    async def transcript(self, session: str, *, after: int, limit: int) -> list[Entry]:
-        """Up to ``limit`` messages at positions > ``after`` (-1: from the start), with turns."""
-        check_id(session, "session id")
-        await self._check_once()
-        # a message's turn is the last claimed whose start is at or before it
-        rows = await self._run(
-            "SELECT m.position, m.id, m.body, (SELECT t.id FROM steerable_turns AS t"
-            " WHERE t.session = m.session AND t.start_position <= m.position"
-            " ORDER BY t.ord DESC LIMIT 1)"
-            " FROM steerable_messages AS m WHERE m.session = %s AND m.position > %s"
-            " ORDER BY m.position LIMIT %s",
-            (session, min(max(after, -1), MAX_AT), min(max(limit, 0), MAX_AT)),
-        )
-        return [
-            Entry(
-                int(position),
-                codec.decode(text_of(id), body, where=f"session {session!r}, position {position}"),
-                None if turn is None else text_of(turn),
-            )
-            for position, id, body, turn in rows
-        ]
-
-    async def events(self, session: str, *, after: int, limit: int) -> list[ServiceEvent]:
-        """Up to ``limit`` durable events with ids > ``after``, in id order."""
-        check_id(session, "session id")
-        await self._check_once()
-        rows = await self._run(
-            "SELECT id, kind, turn, data, at FROM steerable_events"
-            " WHERE session = %s AND id > %s ORDER BY id LIMIT %s",
-            (session, min(max(after, 0), MAX_AT), min(max(limit, 0), MAX_AT)),
-        )
-        return [
-            ServiceEvent(
-                int(id),
-                text_of(kind),  # type: ignore[arg-type]  # written by this module
-                None if turn is None else text_of(turn),
-                json.loads(data),
-                float(at),
-            )
-            for id, kind, turn, data, at in rows
-        ]
-
-    async def sessions(
-        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
-    ) -> list[SessionSummary]:
-        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``.
-
-        One statement: a range scan of the session rows' primary key.
-        """
-        await self._check_once()
-        sql, bounds = listing_query(prefix, after, state)
-        rows = await self._run(sql, (*bounds, min(max(limit, 0), MAX_AT)))
-        return [
-            SessionSummary(
-                text_of(session),
-                "running" if running is not None else "queued" if queued else "idle",
-                None if running is None else text_of(running),
-                int(queued),
-                0.0 if at is None else float(at),
-            )
-            for session, running, queued, at in rows
-        ]
-
 
 # -- the writes' work, inside their transaction ----------------------------------------------
 
 
-async def _enqueue(tx: Tx, session: str, svc: _Service, input: Input) -> Accepted:
-    running = None if svc.running is None else await _turn_of(tx, session, svc.running)
-    offered: str | None = None
-    if (
-        input.kind == "steer"
-        and running is not None
-        and not running.stop_requested
-        and running.offered < running.cap
-    ):
-        offered = running.id
+@dataclass(frozen=True, slots=True)
+class _Conditions:
+    """An enqueue's conditions (see :meth:`MySQLServiceTables.enqueue`)."""
+
+    if_idle: bool
+    expected_turn: str | None
+    max_waiting: int | None
+
+
+async def _target(tx: Tx, session: str, svc: ServiceRow, running: TurnRow | None) -> str | None:
+    """The turn a steer arriving now is offered to (None: it is a turn of its own)."""
+    if running is not None:
+        if running.stop_requested or running.offered >= running.cap:
+            return None
+        return running.id
+    if svc.queued == 0:
+        return None
+    head = await tx.rows(_HEAD, (session,))
+    return text_of(head[0][1]) if head else None
+
+
+async def _check(
+    tx: Tx, session: str, svc: ServiceRow, offered: str | None, conditions: _Conditions
+) -> None:
+    """Refuse the enqueue whole if a condition fails, in the contract's order."""
+    if conditions.if_idle and (svc.running is not None or await waiting_of(tx, session, 1)):
+        raise SessionNotIdle(session, svc.running, await waiting_of(tx, session))
+    expected = conditions.expected_turn
+    if expected is not None and offered != expected:
+        raise TurnMismatch(session, expected, offered)
+    bound = conditions.max_waiting
+    if bound is not None and await waiting_of(tx, session, max(bound, 0)) >= bound:
+        raise QueueFull(session, bound)
+
+
+async def _enqueue(
+    tx: Tx, session: str, svc: ServiceRow, input: Input, conditions: _Conditions
+) -> Accepted:
+    running = None if svc.running is None else await turn_of(tx, session, svc.running)
+    offered = await _target(tx, session, svc, running) if input.kind == "steer" else None
+    await _check(tx, session, svc, offered, conditions)
+    if running is not None and offered == running.id:
         await tx.run(
             "UPDATE steerable_turns SET offered = offered + 1 WHERE session = %s AND id = %s",
             (session, offered),
@@ -649,10 +350,13 @@ async def _enqueue(tx: Tx, session: str, svc: _Service, input: Input) -> Accepte
     body = codec.encode(input.message(steered=True)) if input.kind == "steer" else None
     seq = svc.inputs + 1
     await tx.run(
-        "INSERT INTO steerable_inputs"
-        " (session, seq, id, kind, text, body, offered, ahead, state, turn)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'waiting', %s)",
-        (session, seq, input.id, input.kind, json.dumps(input.text), body, offered, ahead, offered),
+        "INSERT INTO steerable_inputs (session, seq, id, kind, text, body, offered, ahead,"
+        f" state, turn, metadata, at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'waiting', %s,"
+        f" %s, {NOW})",
+        (
+            *(session, seq, input.id, input.kind, json.dumps(input.text), body),
+            *(offered, ahead, offered, object_text(input.metadata)),
+        ),
     )
     data = {"id": input.id, "kind": input.kind, "turn": offered}
     await tx.emit(session, svc.events, [("input", offered, data)])
@@ -665,28 +369,32 @@ async def _enqueue(tx: Tx, session: str, svc: _Service, input: Input) -> Accepte
 
 
 async def _start(tx: Tx, session: str, ord: int, start: int, cap: int, epoch: int) -> str:
-    """Make the first queued input the prompt of a new running turn; the turn's id."""
-    first = await tx.rows(
-        "SELECT seq, id FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
-        " AND turn IS NULL ORDER BY seq LIMIT 1",
-        (session,),
-    )
-    seq, raw = first[0]  # the session's queued count says there is one
+    """Make the head of the queue the prompt of a new running turn; the turn's id.
+
+    The steers offered to it while it waited count as offered to the turn.
+    """
+    seq, raw = (await tx.rows(_HEAD, (session,)))[0]  # the queued count says there is one
     id = text_of(raw)  # a str: aiomysql cannot send back the bytes it read
     await tx.run(
         "UPDATE steerable_inputs SET state = 'prompt', turn = id WHERE session = %s AND seq = %s",
         (session, seq),
     )
+    counted = await tx.rows(
+        "SELECT COUNT(*) FROM steerable_inputs WHERE session = %s AND state = 'waiting'"
+        " AND turn = %s",
+        (session, id),
+    )
+    offered = int(counted[0][0])
     await tx.run(
-        "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch)"
-        " VALUES (%s, %s, %s, %s, %s, 'running', %s)",
-        (session, id, ord, start, cap, epoch),
+        "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch,"
+        f" offered, seq, started_at) VALUES (%s, %s, %s, %s, %s, 'running', %s, %s, %s, {NOW})",
+        (session, id, ord, start, cap, epoch, offered, seq),
     )
     return id
 
 
 async def _claim(
-    tx: Tx, session: str, svc: _Service, holder: str, seconds: float, cap: int
+    tx: Tx, session: str, svc: ServiceRow, holder: str, seconds: float, cap: int
 ) -> Claim:
     epoch = svc.epoch + 1
     expires = svc.until(seconds)
@@ -709,11 +417,11 @@ async def _claim(
             "UPDATE steerable_turns SET epoch = %s WHERE session = %s AND id = %s",
             (epoch, session, name),
         )
-    turn = await _turn_of(tx, session, name)
+    turn = await turn_of(tx, session, name)
     if turn is None:  # made or found just above, in this transaction
         raise StoreUnavailable(f"session {session!r}: the turn {name!r} is missing")
-    prompts = await tx.rows(f"{_INPUT} WHERE session = %s AND id = %s", (session, name))
-    prompt = _input_view(prompts[0])
+    prompts = await tx.rows(f"{INPUT} WHERE session = %s AND id = %s", (session, name))
+    prompt = input_view(prompts[0])
     events.append(("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": resumed}))
     await tx.emit(session, svc.events, events)
     await tx.run(
@@ -724,7 +432,7 @@ async def _claim(
     return Claim(
         Lease(session, holder, epoch, float(expires)),
         name,
-        Input(prompt.kind, prompt.text, prompt.id),
+        Input(prompt.kind, prompt.text, prompt.id, prompt.metadata),
         turn.start,
         messages,
         resumed,

@@ -1,6 +1,8 @@
 """The MySQL/MariaDB store: transcripts and steer boxes in three InnoDB tables.
 
-The service's tables and verbs are :mod:`._service`'s, mixed in. Every verb here is one
+The service's writes are :mod:`._service`'s and its reads :mod:`._views`', the cut, the
+delete and the tail swap :mod:`._rewrite`'s, the fork :mod:`._fork`'s and the tool journal
+:mod:`._journal`'s, mixed in. Every verb here is one
 statement and one round trip, whatever the pool's autocommit setting:
 
 - A save (and a take) is one ``CALL`` of the stored procedure of :mod:`._schema`. The
@@ -44,14 +46,24 @@ from steerable.stores.mysql._driver import (
     rollback,
     text_of,
 )
-from steerable.stores.mysql._rewrite import MySQLRewritable
+from steerable.stores.mysql._fork import MySQLForkable
+from steerable.stores.mysql._journal import MySQLJournaling
+from steerable.stores.mysql._rewrite import MySQLRepairable, MySQLRewritable
 from steerable.stores.mysql._schema import MIGRATIONS, SAVE
 from steerable.stores.mysql._service import MySQLServiceTables
+from steerable.stores.mysql._views import MySQLServiceViews
 
 __all__ = ["APPLY", "MySQLStore", "Pool", "error_of"]
 
 
-class MySQLStore(MySQLServiceTables, MySQLRewritable):
+class MySQLStore(
+    MySQLServiceTables,
+    MySQLServiceViews,
+    MySQLRewritable,
+    MySQLRepairable,
+    MySQLForkable,
+    MySQLJournaling,
+):
     """A :class:`steerable.Store` in MySQL 8 or MariaDB 10.6+, over an ``aiomysql`` pool.
 
     The pool is the application's: where the server is, how many connections and how

@@ -32,7 +32,14 @@ The two :class:`steerable.store.Rewritable` verbs are the exception: ``truncate`
 of the pool (so the pool must be a pool, or a connection), which locks the session's
 service row (refused with :class:`steerable.errors.SessionBusy` while a turn runs) and its
 last message; a save locks the message it appends after ``FOR KEY SHARE``, so it never
-appends after one a cut or a delete has removed.
+appends after one a cut or a delete has removed. A delete forgets the session's metadata
+too; a cut keeps it.
+
+:class:`steerable.store.Forkable`'s ``fork`` is one READ COMMITTED transaction too, four
+round trips whatever the length: it makes or locks the new session's row (so forks into one
+id, and an enqueue or a claim of it, queue one after the other), then one ``INSERT ...
+SELECT`` copies the messages through the message in the server, refused whole when the new
+session has anything (see :mod:`steerable.stores.postgres._fork`).
 
 A connection that fails mid-call raises :class:`steerable.errors.StoreUnavailable`; a save
 is then stored whole or not at all, so load the transcript to learn which. The statements
@@ -45,9 +52,13 @@ The store is also the service's (:class:`steerable.service_store.ServiceStore`),
 same pool and the same messages table: a turn's ``step`` appends what the core's ``save``
 would, fenced by its lease. Each service write is one statement too, so one round trip: it
 locks the session's row, checks the lease's epoch and holder inside, and is refused whole
-(:class:`steerable.errors.Fenced`) when they are stale. The exceptions: a session's first
+(:class:`steerable.errors.Fenced`) when they are stale. So is each verb of the queue: an
+``enqueue`` with its conditions (``if_idle``, ``expected_turn``, ``max_waiting``, refused
+whole inside the statement), ``cancel``, the ``stopping`` poll, the bounded and paged views
+(``status``, ``inputs``, ``turns``) and ``set_metadata``. The exceptions: a session's first
 input makes its row (three trips), and a statement that waited on the row's lock while
-another write committed runs again on a fresh snapshot. Leases expire on the server's clock.
+another write committed runs again on a fresh snapshot. Leases expire on the server's clock,
+and the times the views give (an input's, a turn's start and end, a message's) are its too.
 The store notifies (:class:`steerable.service_store.Notifying`): ``hints()`` listens on
 channel ``steerable`` (payload JSON ``{"kind", "session"}``) on one connection it takes
 from the pool for the context's lifetime; the writes that make work claimable and ``stop``

@@ -32,6 +32,23 @@ by lease expiry and never the sessions that went idle.
 Step 3 indexes the sessions' ids in code-point order (``COLLATE "C"``: the primary key's
 order is the database's collation, which may be a language's), so a listing by prefix
 (``sessions``) is a range scan of that index, whatever the database's locale.
+
+Step 4 is the contract of issue 18: an input may be ``cancelled`` (the state's check is
+replaced, now named ``steerable_inputs_state``); an input and a session keep their metadata
+as JSON text (NULL: none); inputs and messages record the server's ``now()`` they were
+written at (a column default, so every insert path fills it, the core's save included); a
+turn records its prompt's ``seq`` (indexed: ``turns`` pages by it), its first claim's and its
+end's times and its usage (JSON text). Rows of an older version keep their data: an input's
+time and a turn's are read back from the events written with them; a message written
+before the step has no time (NULL). The partial index ``steerable_sessions_holder`` serves
+``stopping``, the poll of a holder's sessions.
+
+Step 5 is the tool journal of issue 19 (:class:`steerable.store.Journaling`):
+``steerable_journal`` has one row per (session, call key), begun when it is made; its
+``result`` is :func:`steerable.journal.encode_result`'s text (NULL: started, not ended), in a
+``text`` column for the same reason as a body. ``started_at`` and ``ended_at`` are the
+server's times, for an operator reading the table; the store reads neither. The step only
+adds a table: a database at version 4 keeps every row as it was.
 """
 
 from __future__ import annotations
@@ -135,6 +152,61 @@ MIGRATIONS: Final = validated(
             (
                 """CREATE INDEX IF NOT EXISTS steerable_sessions_listing
     ON steerable_sessions (session COLLATE "C")""",
+            ),
+        ),
+        Migration(
+            4,
+            "cancelled inputs, metadata, the times of inputs, turns and messages, turn usage",
+            (
+                # step 2's check, named by Postgres, and this step's own (adopted tables)
+                """ALTER TABLE steerable_inputs
+    DROP CONSTRAINT IF EXISTS steerable_inputs_state_check,
+    DROP CONSTRAINT IF EXISTS steerable_inputs_state""",
+                """ALTER TABLE steerable_inputs ADD CONSTRAINT steerable_inputs_state
+    CHECK (state IN ('waiting', 'taken', 'prompt', 'cancelled'))""",
+                """ALTER TABLE steerable_inputs ADD COLUMN IF NOT EXISTS metadata text,
+    ADD COLUMN IF NOT EXISTS at timestamptz""",
+                # an input's time is its `input` event's (one statement wrote both)
+                """UPDATE steerable_inputs i SET at = e.at FROM steerable_events e
+WHERE i.at IS NULL AND e.session = i.session AND e.kind = 'input'
+    AND e.data::json ->> 'id' = i.id""",
+                "ALTER TABLE steerable_inputs ALTER COLUMN at SET DEFAULT now()",
+                """ALTER TABLE steerable_turns ADD COLUMN IF NOT EXISTS seq bigint,
+    ADD COLUMN IF NOT EXISTS started_at timestamptz,
+    ADD COLUMN IF NOT EXISTS ended_at timestamptz,
+    ADD COLUMN IF NOT EXISTS usage text""",
+                """UPDATE steerable_turns t SET seq = i.seq FROM steerable_inputs i
+WHERE t.seq IS NULL AND i.session = t.session AND i.id = t.id""",
+                # the first `turn_started` is the first claim; a turn ends once
+                """UPDATE steerable_turns t SET started_at = e.started, ended_at = e.ended
+FROM (
+    SELECT session, turn, min(at) FILTER (WHERE kind = 'turn_started') AS started,
+        min(at) FILTER (WHERE kind = 'turn_ended') AS ended
+    FROM steerable_events WHERE kind IN ('turn_started', 'turn_ended') GROUP BY session, turn
+) AS e
+WHERE t.started_at IS NULL AND e.session = t.session AND e.turn = t.id""",
+                """CREATE INDEX IF NOT EXISTS steerable_turns_seq
+    ON steerable_turns (session, seq)""",
+                # NULL for the messages stored before: their time was not kept
+                "ALTER TABLE steerable_messages ADD COLUMN IF NOT EXISTS at timestamptz",
+                "ALTER TABLE steerable_messages ALTER COLUMN at SET DEFAULT now()",
+                "ALTER TABLE steerable_sessions ADD COLUMN IF NOT EXISTS metadata text",
+                """CREATE INDEX IF NOT EXISTS steerable_sessions_holder
+    ON steerable_sessions (holder) WHERE holder IS NOT NULL""",
+            ),
+        ),
+        Migration(
+            5,
+            "the tool journal: the calls begun and the results recorded, per session",
+            (
+                """CREATE TABLE IF NOT EXISTS steerable_journal (
+    session    text        NOT NULL,
+    key        text        NOT NULL,
+    result     text,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    ended_at   timestamptz,
+    CONSTRAINT steerable_journal_key PRIMARY KEY (session, key)
+)""",
             ),
         ),
     ]

@@ -1,38 +1,28 @@
-"""The Postgres store's service tables: every write is one statement, fenced inside it.
+"""The Postgres store's service writes of a turn's life: each one statement, fenced inside it.
 
-Each write (``enqueue``, ``claim``, ``renew``, ``step``, ``end_turn``, ``stop``) is one SQL
-statement of data-modifying CTEs, so one implicit transaction and one round trip once
-asyncpg has prepared it. It starts by locking the session's row of ``steerable_sessions``
-(``SELECT ... FOR UPDATE``): every write of a session queues on that lock, so the checks
-(fencing by epoch and holder, the transcript's length, which steers were offered) and the
-writes that follow them are one atomic step, and a write refused is refused whole.
-
-One statement reads one snapshot, taken when it starts, before it waits for the lock, while
-the lock returns the row as the last writer left it (READ COMMITTED follows a locked row to
-its newest version). So the row carries ``version``, which every write but a renewal grows:
-a statement whose snapshot saw a different version than the lock returned read tables a
-writer has changed since, writes nothing and runs again on a fresh snapshot (a renewal
-changes only the expiry, which the statements read from the locked row). Each rerun means
-another writer committed, so the store as a whole moves on.
+``enqueue``, ``claim``, ``renew``, ``step``, ``end_turn`` and ``stop`` are each one locking
+write (:mod:`._statements`: one SQL statement of data-modifying CTEs that locks the session's
+row first, so one atomic step and one round trip once asyncpg has prepared it). ``cancel``
+(:mod:`._cancel`), the views and ``set_metadata`` (:mod:`._views`) and the hints
+(:mod:`._hints`) live beside them; :class:`PostgresServiceTables` is all of them.
 
 A lease expires on the server's clock: ``now()`` (the statement's start there), also in a
 claim's test for a live lease, and ``expires_at`` is its seconds since the Unix epoch.
 A claim of one session waits for its lock, then finds the lease its winner took; a claim
 of any session takes the first with work under ``FOR UPDATE SKIP LOCKED`` from the partial
-index of sessions with work, so claimers pass each other instead of queueing.
+index of sessions with work, so claimers pass each other instead of queueing. The times a
+turn started and ended, like an input's, are the server's ``now()`` too.
 
 Writes that make work claimable (an input while no turn runs, a turn's end with an input
 waiting) and ``stop`` call ``pg_notify`` on the channel ``steerable`` inside the statement,
-delivered when it commits; :meth:`PostgresServiceTables.hints` listens on one connection.
+delivered when it commits.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Sequence
+from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -40,85 +30,70 @@ from steerable import codec
 from steerable.errors import (
     Fenced,
     InvalidMessage,
-    StoreUnavailable,
+    QueueFull,
+    SessionNotIdle,
     TranscriptConflict,
-    UsageError,
+    TurnMismatch,
 )
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
     Claim,
-    Entry,
-    Hint,
     Input,
-    InputView,
     Lease,
     Outcome,
     Renewal,
-    ServiceEvent,
-    SessionState,
-    SessionSummary,
-    Status,
-    TurnView,
     counts_as_step,
-    listing,
 )
-from steerable.stores.postgres._translate import translated
-
-if TYPE_CHECKING:
-    from steerable.stores.postgres._store import Pool
+from steerable.stores.postgres._cancel import PostgresCancel
+from steerable.stores.postgres._hints import PostgresHints
+from steerable.stores.postgres._statements import CHANNEL, FLAGS, LOCKED, hint
+from steerable.stores.postgres._views import PostgresServiceViews, json_object, object_text
 
 __all__ = ["CHANNEL", "PostgresServiceTables"]
 
-CHANNEL: Final = "steerable"
-"""The ``LISTEN`` channel of the hints; a payload is JSON ``{"kind", "session"}``."""
-
-# How often a statement runs again when its snapshot is older than the row it locked (or the
-# server rolled it back for a deadlock or, at REPEATABLE READ, for that same change); each
-# rerun means another writer committed.
-_RETRIES = 64
-
 _POSITION_KEY = "steerable_messages_position"
 
-# The session's row locked, and `fresh` only when the snapshot saw the version locked.
-_LOCKED = """
-locked AS (
-    SELECT * FROM steerable_sessions WHERE session = $1 FOR UPDATE
-), fresh AS (
-    SELECT locked.* FROM locked JOIN steerable_sessions snap USING (session)
-    WHERE snap.version = locked.version
-)"""
-
-# The flags every write returns first: the session has a row; the snapshot is current.
-_FLAGS = """EXISTS (SELECT FROM locked) AS known, EXISTS (SELECT FROM fresh) AS fresh,
-    (SELECT epoch FROM locked) AS epoch"""
-
-
-def _hint(kind: str) -> str:
-    return f"pg_notify('{CHANNEL}', json_build_object('kind', '{kind}', 'session', $1::text)::text)"
-
-
-# $1 session, $2 id, $3 kind, $4 body. A steer is offered to the running turn when it is not
-# stopping and was offered fewer than its cap; anything else waits to be a turn of its own.
+# $1 session, $2 id, $3 kind, $4 body, $5 metadata, $6 if_idle, $7 expected_turn, $8
+# max_waiting. A steer is offered to the running turn when it is not stopping and was
+# offered fewer than its cap; while no turn runs, to the head of the queue (the first input
+# waiting to be a turn: the next claim starts it, and counts the offers then); anything else
+# waits to be a turn of its own. The conditions refuse in their order (`refused`), and a
+# refused input writes nothing. The waiting inputs are counted only for a condition.
 _ENQUEUE = f"""
-WITH {_LOCKED}, seen AS (
+WITH {LOCKED}, seen AS (
     SELECT kind, seq, offered, ahead FROM steerable_inputs WHERE session = $1 AND id = $2
 ), run AS (
     SELECT t.id, t.cap, t.offered, t.stop_requested
     FROM fresh JOIN steerable_turns t ON t.session = fresh.session AND t.id = fresh.running
+), head AS (
+    SELECT i.id FROM fresh JOIN steerable_inputs i ON i.session = fresh.session
+    WHERE fresh.running IS NULL AND i.state = 'waiting' AND i.turn IS NULL
+    ORDER BY i.seq LIMIT 1
 ), place AS (
     SELECT fresh.inputs + 1 AS seq, fresh.events + 1 AS event, fresh.queued,
-        run.id IS NOT NULL AS busy,
-        CASE WHEN $3 = 'steer' AND NOT run.stop_requested AND run.offered < run.cap
-            THEN run.id END AS offered
+        run.id AS running, run.id IS NOT NULL AS busy,
+        CASE WHEN $3 <> 'steer' THEN NULL
+            WHEN run.id IS NULL THEN (SELECT id FROM head)
+            WHEN NOT run.stop_requested AND run.offered < run.cap THEN run.id END AS offered,
+        CASE WHEN $6::boolean OR $8::bigint IS NOT NULL THEN (
+            SELECT count(*) FROM steerable_inputs w WHERE w.session = $1 AND w.state = 'waiting'
+        ) END AS waiting
     FROM fresh LEFT JOIN run ON true
     WHERE NOT EXISTS (SELECT FROM seen)
-), answer AS (
-    SELECT place.*, CASE WHEN offered IS NULL THEN busy::int + queued ELSE 0 END AS ahead
+), verdict AS (
+    SELECT place.*, CASE
+        WHEN $6::boolean AND (busy OR waiting > 0) THEN 'not idle'
+        WHEN $7::text IS NOT NULL AND offered IS DISTINCT FROM $7::text THEN 'mismatch'
+        WHEN $8::bigint IS NOT NULL AND waiting >= $8::bigint THEN 'full'
+    END AS refused
     FROM place
+), answer AS (
+    SELECT verdict.*, CASE WHEN offered IS NULL THEN busy::int + queued ELSE 0 END AS ahead
+    FROM verdict WHERE refused IS NULL
 ), added AS (
-    INSERT INTO steerable_inputs (session, seq, id, kind, body, offered, ahead, turn)
-    SELECT $1, seq, $2, $3, $4, offered, ahead, offered FROM answer
+    INSERT INTO steerable_inputs (session, seq, id, kind, body, offered, ahead, turn, metadata)
+    SELECT $1, seq, $2, $3, $4, offered, ahead, offered, $5 FROM answer
 ), offer AS (
     UPDATE steerable_turns t SET offered = t.offered + 1
     FROM answer WHERE t.session = $1 AND t.id = answer.offered
@@ -132,15 +107,15 @@ WITH {_LOCKED}, seen AS (
         events = answer.event, queued = s.queued + (answer.offered IS NULL)::int
     FROM answer WHERE s.session = $1
 ), hinted AS (
-    SELECT {_hint("work")} FROM answer WHERE NOT busy
+    SELECT {hint("work")} FROM answer WHERE NOT busy
 )
-SELECT {_FLAGS}, (SELECT count(*) FROM hinted) AS hints,
+SELECT {FLAGS}, (SELECT count(*) FROM hinted) AS hints,
     seen.kind AS seen_kind, seen.seq AS seen_seq, seen.offered AS seen_offered,
-    seen.ahead AS seen_ahead, answer.seq, answer.offered, answer.ahead
+    seen.ahead AS seen_ahead, answer.seq, answer.offered, answer.ahead, verdict.refused,
+    verdict.running, verdict.waiting, verdict.offered AS would
 FROM (SELECT) AS one LEFT JOIN seen ON true LEFT JOIN answer ON true
+    LEFT JOIN verdict ON true
 """
-
-_NEW_SESSION = "INSERT INTO steerable_sessions (session) VALUES ($1) ON CONFLICT DO NOTHING"
 
 # The lock of a claim: one session (waiting for its lock), or any with work (skipping the
 # locked ones), that has no live lease. $1 holder, $2 seconds, $3 cap, $4 session.
@@ -160,7 +135,10 @@ locked AS (
 )"""
 
 # The claim proper: take the running turn over, or start the first input waiting to be a
-# turn. It returns the transcript too (from the same snapshot), so a claim is one trip.
+# turn. It returns the transcript too (from the same snapshot), so a claim is one trip. A
+# new turn counts the steers offered to its prompt while it waited as offered to it (its
+# first step takes them), and records its prompt's seq and the time it started; a takeover
+# changes neither.
 _CLAIM = """
 WITH {locked}, fresh AS (
     SELECT locked.* FROM locked JOIN steerable_sessions snap USING (session)
@@ -179,10 +157,15 @@ WITH {locked}, fresh AS (
     UNION ALL
     SELECT prompt.id, stored.n, $3::bigint, 0, 0, false, false FROM prompt, stored
 ), began AS (
-    INSERT INTO steerable_turns (session, id, began, start_position, cap, state, epoch)
+    INSERT INTO steerable_turns (
+        session, id, began, start_position, cap, state, epoch, seq, offered, started_at
+    )
     SELECT fresh.session, turn.id, fresh.epoch + 1, turn.start, turn.cap, 'running',
-        fresh.epoch + 1
-    FROM fresh, turn WHERE NOT turn.resumed
+        fresh.epoch + 1, prompt.seq, (
+            SELECT count(*) FROM steerable_inputs o
+            WHERE o.session = fresh.session AND o.state = 'waiting' AND o.turn = turn.id
+        ), now()
+    FROM fresh, turn, prompt WHERE NOT turn.resumed
 ), prompted AS (
     UPDATE steerable_inputs i SET state = 'prompt', turn = i.id
     FROM fresh, prompt WHERE i.session = fresh.session AND i.seq = prompt.seq
@@ -211,7 +194,7 @@ WITH {locked}, fresh AS (
     RETURNING s.session, s.epoch, extract(epoch FROM s.expires)::float8 AS expires
 )
 SELECT EXISTS (SELECT FROM locked) AS known, EXISTS (SELECT FROM fresh) AS fresh,
-    held.session, held.epoch, held.expires, turn.*, i.kind, i.body,
+    held.session, held.epoch, held.expires, turn.*, i.kind, i.body, i.metadata,
     (SELECT array_agg(m.id ORDER BY m.position) FROM steerable_messages m
         WHERE m.session = held.session) AS ids,
     (SELECT array_agg(m.body ORDER BY m.position) FROM steerable_messages m
@@ -229,12 +212,12 @@ _HELD = """held AS (
 
 # $4 seconds. The version stays: a renewal changes only the expiry.
 _RENEW = f"""
-WITH {_LOCKED}, {_HELD}, renewed AS (
+WITH {LOCKED}, {_HELD}, renewed AS (
     UPDATE steerable_sessions s SET expires = now() + make_interval(secs => $4)
     FROM held WHERE s.session = held.session
     RETURNING extract(epoch FROM s.expires)::float8 AS expires
 )
-SELECT {_FLAGS}, (SELECT expires FROM renewed) AS expires,
+SELECT {FLAGS}, (SELECT expires FROM renewed) AS expires,
     (SELECT stop_requested FROM held) AS stop_requested
 """
 
@@ -244,7 +227,7 @@ SELECT {_FLAGS}, (SELECT expires FROM renewed) AS expires,
 # recorded, `step`. A steer already in the transcript (or in this save) is taken, not
 # recorded again. The transcript's length is max(position) on the key, never a full read.
 _STEP = f"""
-WITH {_LOCKED}, {_HELD}, stored AS (
+WITH {LOCKED}, {_HELD}, stored AS (
     SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
 ), ok AS (
     SELECT held.*, stored.n, held.steps + $6::int AS step,
@@ -297,19 +280,21 @@ WITH {_LOCKED}, {_HELD}, stored AS (
         events = s.events + (SELECT count(*) FROM ev)
     FROM ok WHERE s.session = $1
 )
-SELECT {_FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT n FROM stored) AS n,
+SELECT {FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT n FROM stored) AS n,
     recorded.id, recorded.body
 FROM (SELECT) AS one LEFT JOIN recorded ON true ORDER BY recorded.seq
 """
 
-# $4 state, $5 answer, $6 error (both json.dumps text). The steers offered and never taken
-# wait again, each a turn of its own in its place; the next turn's prompt is the first of
-# the inputs then waiting to be one.
+# $4 state, $5 answer, $6 error (both json.dumps text), $7 usage (JSON text). The steers
+# offered and never taken wait again, each a turn of its own in its place (the event lists
+# them as `released`); the next turn's prompt is the first of the inputs then waiting to be
+# one.
 _END_TURN = f"""
-WITH {_LOCKED}, {_HELD}, stored AS (
+WITH {LOCKED}, {_HELD}, stored AS (
     SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
 ), ended AS (
-    UPDATE steerable_turns t SET state = $4, answer = $5, error = $6, end_position = stored.n
+    UPDATE steerable_turns t SET state = $4, answer = $5, error = $6, end_position = stored.n,
+        usage = $7, ended_at = now()
     FROM held, stored WHERE t.session = $1 AND t.id = held.id
 ), freed AS (
     SELECT i.seq, i.id FROM steerable_inputs i, held
@@ -327,8 +312,10 @@ WITH {_LOCKED}, {_HELD}, stored AS (
     ) AS q ORDER BY q.seq LIMIT 1
 ), logged AS (
     INSERT INTO steerable_events (session, id, kind, turn, data)
-    SELECT $1, held.events + 1, 'turn_ended', held.id,
-        json_build_object('state', $4::text)::text
+    SELECT $1, held.events + 1, 'turn_ended', held.id, json_build_object(
+        'state', $4::text,
+        'released', coalesce((SELECT json_agg(id ORDER BY seq) FROM freed), '[]'::json)
+    )::text
     FROM held
 ), released AS (
     UPDATE steerable_sessions s SET version = s.version + 1, running = NULL, holder = NULL,
@@ -336,15 +323,15 @@ WITH {_LOCKED}, {_HELD}, stored AS (
         queued = s.queued + (SELECT count(*) FROM freed)
     FROM held WHERE s.session = $1
 ), hinted AS (
-    SELECT {_hint("work")} FROM following
+    SELECT {hint("work")} FROM following
 )
-SELECT {_FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT id FROM following) AS following,
+SELECT {FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT id FROM following) AS following,
     (SELECT count(*) FROM hinted) AS hints
 """
 
 # A stop asked twice is recorded once, and hinted each time (as the memory reference does).
 _STOP = f"""
-WITH {_LOCKED}, run AS (
+WITH {LOCKED}, run AS (
     SELECT fresh.events, t.id, t.stop_requested
     FROM fresh JOIN steerable_turns t ON t.session = fresh.session AND t.id = fresh.running
 ), asked AS (
@@ -357,156 +344,75 @@ WITH {_LOCKED}, run AS (
     UPDATE steerable_sessions s SET version = s.version + 1, events = s.events + 1
     FROM run WHERE NOT run.stop_requested AND s.session = $1
 ), hinted AS (
-    SELECT {_hint("stop")} FROM run
+    SELECT {hint("stop")} FROM run
 )
-SELECT {_FLAGS}, (SELECT id FROM run) AS turn, (SELECT count(*) FROM hinted) AS hints
+SELECT {FLAGS}, (SELECT id FROM run) AS turn, (SELECT count(*) FROM hinted) AS hints
 """
 
-# A turn as TurnView has it: the lease's holder and expiry only while it runs.
-_TURN_VIEW = """t.id AS turn_id, t.state AS turn_state,
-    CASE WHEN t.id = s.running THEN s.holder END AS holder, t.epoch,
-    CASE WHEN t.id = s.running AND s.holder IS NOT NULL
-        THEN extract(epoch FROM s.expires)::float8 END AS expires,
-    t.steps, t.steers_taken, t.stop_requested, t.start_position, t.end_position, t.answer,
-    t.error"""
 
-_INPUT_VIEW = "i.id, i.kind, i.body, i.seq, i.state, i.turn, i.step"
-
-_STATUS = f"""
-SELECT {_TURN_VIEW}, {_INPUT_VIEW}
-FROM (SELECT) AS one
-    LEFT JOIN steerable_sessions s ON s.session = $1
-    LEFT JOIN steerable_turns t ON t.session = $1 AND t.id = s.running
-    LEFT JOIN steerable_inputs i ON i.session = $1 AND i.state = 'waiting'
-ORDER BY i.seq
-"""
-
-_INPUT = f"SELECT {_INPUT_VIEW} FROM steerable_inputs i WHERE i.session = $1 AND i.id = $2"
-
-_TURN = f"""
-SELECT {_TURN_VIEW}, i.state AS input_state, i.turn AS input_turn
-FROM (SELECT) AS one
-    LEFT JOIN steerable_sessions s ON s.session = $1
-    LEFT JOIN steerable_turns t ON t.session = $1 AND t.id = $2
-    LEFT JOIN steerable_inputs i ON i.session = $1 AND i.id = $2
-"""
-
-# The turn of a message: the last claimed of the turns that started at or before it.
-_TRANSCRIPT = """
-SELECT m.position, m.id, m.body, (
-    SELECT t.id FROM steerable_turns t WHERE t.session = $1 AND t.start_position <= m.position
-    ORDER BY t.start_position DESC, t.began DESC LIMIT 1
-) AS turn
-FROM steerable_messages m WHERE m.session = $1 AND m.position > $2
-ORDER BY m.position LIMIT greatest($3::bigint, 0)
-"""
-
-_EVENTS = """
-SELECT id, kind, turn, data, extract(epoch FROM at)::float8 AS at FROM steerable_events
-WHERE session = $1 AND id > $2 ORDER BY id LIMIT greatest($3::bigint, 0)
-"""
-
-# A listing: a range of the code-point index of step 3 (the bounds are filled in), the
-# state filter before the LIMIT, and the last event's time by one lookup on the events' key.
-_SESSIONS = """
-SELECT s.session, s.running, s.queued, extract(epoch FROM e.at)::float8 AS at
-FROM steerable_sessions s
-    LEFT JOIN steerable_events e ON e.session = s.session AND e.id = s.events
-WHERE {bounds} AND s.inputs > 0{state}
-ORDER BY s.session COLLATE "C" LIMIT greatest($1::bigint, 0)
-"""
-
-_STATE_FILTER: dict[SessionState | None, str] = {
-    None: "",
-    "running": " AND s.running IS NOT NULL",
-    "queued": " AND s.running IS NULL AND s.queued > 0",
-    "idle": " AND s.running IS NULL AND s.queued = 0",
-}
-
-
-def _listing(prefix: str, after: str | None, state: SessionState | None) -> tuple[str, list[str]]:
-    """The statement of a listing and its bounds (``$2``, ``$3``; ``$1`` is the limit)."""
-    lower, included, upper = listing(prefix, after)
-    bounds = f's.session COLLATE "C" {">=" if included else ">"} $2'
-    if upper is not None:
-        bounds += ' AND s.session COLLATE "C" < $3'
-    args = [lower] if upper is None else [lower, upper]
-    return _SESSIONS.format(bounds=bounds, state=_STATE_FILTER[state]), args
-
-
-class PostgresServiceTables:
+class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints):
     """The :class:`steerable.service_store.ServiceStore` verbs of :class:`PostgresStore`.
 
     Round trips: every verb is one statement, so one trip, but for a session's first input
     (three: the statement finds no row, one insert makes it, the statement again) and for
     a statement that lost a race to a writer that committed while it waited on the lock
-    (run again). A ``step`` nobody steered is one trip, like one that takes steers.
+    (run again). A ``step`` nobody steered is one trip, like one that takes steers; an
+    ``enqueue`` with conditions is one trip, like one without.
     """
 
     __slots__ = ()
 
-    pool: Pool
-
-    async def _check_once(self) -> None:
-        raise NotImplementedError  # provided by PostgresStore
-
-    async def _fetch(self, doing: str, query: str, *args: Any) -> list[Any]:
-        await self._check_once()
-        with translated(doing):
-            rows: list[Any] = await self.pool.fetch(query, *args)
-        return rows
-
-    async def _write(self, doing: str, query: str, *args: Any, create: bool = False) -> list[Any]:
-        """The rows of a locking write, run until its snapshot was current.
-
-        ``create`` makes the session's row when it has none (an ``enqueue``); otherwise a
-        session without one answers ``known`` false and nothing is written. A unique key
-        that fires is raised as it is (``asyncpg.UniqueViolationError``) for ``step`` to
-        tell a conflict from a duplicate id.
-        """
-        await self._check_once()
-        for _ in range(_RETRIES):
-            unique: asyncpg.UniqueViolationError | None = None
-            with translated(doing):
-                try:
-                    rows: list[Any] = await self.pool.fetch(query, *args)
-                except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
-                    # rolled back whole: run it again as it is (the second is REPEATABLE
-                    # READ's answer to a row changed since the snapshot, for the same rerun)
-                    continue
-                except asyncpg.UniqueViolationError as exc:
-                    unique = exc
-            if unique is not None:
-                raise unique
-            if not rows[0]["known"] and create:
-                # (at REPEATABLE READ a racer's row refuses the insert: it is made either way)
-                with translated(doing), suppress(asyncpg.SerializationError):
-                    await self.pool.execute(_NEW_SESSION, args[0])
-                continue
-            if not rows[0]["known"] or rows[0]["fresh"]:
-                return rows
-        raise StoreUnavailable(
-            f"cannot {doing}: the session changed under each of {_RETRIES} attempts"
-        )
-
     # -- writes ----------------------------------------------------------------------------
 
-    async def enqueue(self, session: str, input: Input) -> Accepted:
-        """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
-        body = codec.encode(input.message(steered=True))
+    async def enqueue(
+        self,
+        session: str,
+        input: Input,
+        *,
+        if_idle: bool = False,
+        expected_turn: str | None = None,
+        max_waiting: int | None = None,
+    ) -> Accepted:
+        """Record ``input`` in the session's order of arrival; an id seen before is a no-op.
+
+        Refused whole, nothing recorded: :class:`SessionNotIdle`, :class:`TurnMismatch`,
+        :class:`QueueFull` (see the Protocol), checked in the statement that would record it.
+        """
+
+        def unknown() -> None:
+            # a session with no row has no turn and no input: refuse before making its row
+            refused = _refused_when_empty(if_idle, expected_turn, max_waiting)
+            if refused is not None:
+                raise _refusal(session, refused, expected_turn, max_waiting, None, 0, None)
+
         [row] = await self._write(
             f"enqueue an input for session {session!r}",
             _ENQUEUE,
             session,
             input.id,
             input.kind,
-            body,
+            codec.encode(input.message(steered=True)),
+            object_text(input.metadata),
+            if_idle,
+            expected_turn,
+            max_waiting,
             create=True,
+            unknown=unknown,
         )
         if row["seen_seq"] is not None:
             kind = row["seen_kind"]
             return Accepted(
                 input.id, kind, row["seen_seq"], row["seen_offered"], row["seen_ahead"], True
+            )
+        if row["refused"] is not None:
+            raise _refusal(
+                session,
+                row["refused"],
+                expected_turn,
+                max_waiting,
+                row["running"],
+                row["waiting"],
+                row["would"],
             )
         return Accepted(input.id, input.kind, row["seq"], row["offered"], row["ahead"])
 
@@ -534,7 +440,7 @@ class PostgresServiceTables:
         return Claim(
             Lease(name, holder, row["epoch"], row["expires"]),
             row["id"],
-            Input(row["kind"], prompt.text, row["id"]),
+            Input(row["kind"], prompt.text, row["id"], json_object(row["metadata"])),
             row["start"],
             messages,
             row["resumed"],
@@ -623,6 +529,7 @@ class PostgresServiceTables:
             outcome.state,
             json.dumps(outcome.text),
             error,
+            object_text(outcome.usage),
         )
         if not row["holds"]:
             raise Fenced(lease.session, lease.epoch, row["epoch"])
@@ -635,164 +542,30 @@ class PostgresServiceTables:
         turn: str | None = row["turn"] if row["known"] else None
         return turn
 
-    # -- reads -----------------------------------------------------------------------------
 
-    async def status(self, session: str) -> Status:
-        """The session's running turn, waiting inputs and queue length."""
-        rows = await self._fetch(f"read the status of session {session!r}", _STATUS, session)
-        running = _turn_view(rows[0]) if rows[0]["turn_id"] is not None else None
-        waiting = [_input_view(session, r) for r in rows if r["id"] is not None]
-        return Status(session, running, waiting, sum(i.turn is None for i in waiting))
-
-    async def input(self, session: str, id: str) -> InputView | None:
-        """The input ``id`` and its fate, or None if the session never had it."""
-        rows = await self._fetch(f"read an input of session {session!r}", _INPUT, session, id)
-        return _input_view(session, rows[0]) if rows else None
-
-    async def turn(self, session: str, id: str) -> TurnView | None:
-        """The turn ``id`` (``queued`` while its prompt waits), or None if there is none."""
-        [row] = await self._fetch(f"read a turn of session {session!r}", _TURN, session, id)
-        if row["turn_id"] is not None:
-            return _turn_view(row)
-        if row["input_state"] == "waiting" and row["input_turn"] is None:
-            return TurnView(id, "queued")
-        return None
-
-    async def transcript(self, session: str, *, after: int, limit: int) -> list[Entry]:
-        """Up to ``limit`` messages at positions > ``after`` (-1: from the start), with turns."""
-        rows = await self._fetch(
-            f"read the transcript of session {session!r}", _TRANSCRIPT, session, after, limit
-        )
-        return [
-            Entry(
-                position,
-                codec.decode(id, body, where=f"session {session!r}, position {position}"),
-                turn,
-            )
-            for position, id, body, turn in rows
-        ]
-
-    async def events(self, session: str, *, after: int, limit: int) -> list[ServiceEvent]:
-        """Up to ``limit`` durable events with ids > ``after``, in id order."""
-        rows = await self._fetch(
-            f"read the events of session {session!r}", _EVENTS, session, after, limit
-        )
-        return [
-            ServiceEvent(id, kind, turn, json.loads(data), at) for id, kind, turn, data, at in rows
-        ]
-
-    async def sessions(
-        self, *, prefix: str, after: str | None, limit: int, state: SessionState | None = None
-    ) -> list[SessionSummary]:
-        """Up to ``limit`` sessions whose id starts with ``prefix`` and sorts after ``after``.
-
-        One statement: a range scan of the sessions' code-point index (schema step 3).
-        """
-        query, bounds = _listing(prefix, after, state)
-        rows = await self._fetch(f"list the sessions under {prefix!r}", query, limit, *bounds)
-        return [
-            SessionSummary(
-                session,
-                "running" if running is not None else "queued" if queued else "idle",
-                running,
-                queued,
-                at or 0.0,
-            )
-            for session, running, queued, at in rows
-        ]
-
-    # -- hints -----------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def hints(self) -> AsyncIterator[AsyncIterator[Hint]]:
-        """Hints of work and stops from every replica, over one connection of the pool.
-
-        The connection is the pool's for as long as the context lasts (``LISTEN`` needs one
-        connection of its own), and goes back when it is left. A hint is sent when the
-        write that causes it commits. If that connection is lost the iterator raises
-        :class:`StoreUnavailable`: enter the context again (hints are never the source of
-        truth; the poll finds what was missed meanwhile).
-        """
-        await self._check_once()
-        acquire = getattr(self.pool, "acquire", None)
-        if acquire is None:
-            raise UsageError("hints need an asyncpg pool: LISTEN holds a connection of its own")
-        listener = _Listener()
-        async with AsyncExitStack() as stack:
-            with translated("listen for hints"):
-                connection = await stack.enter_async_context(acquire())
-                await connection.add_listener(CHANNEL, listener.heard)
-            connection.add_termination_listener(listener.lost)
-            try:
-                yield listener
-            finally:
-                listener.close()
-                if not listener.lost_connection:  # a lost one has left the pool by itself
-                    connection.remove_termination_listener(listener.lost)
-                    with translated("stop listening for hints"):
-                        await connection.remove_listener(CHANNEL, listener.heard)
+def _refused_when_empty(
+    if_idle: bool, expected_turn: str | None, max_waiting: int | None
+) -> str | None:
+    """The statement's ``refused`` for a session with nothing running or waiting."""
+    if expected_turn is not None:
+        return "mismatch"  # nothing to offer a steer to
+    if max_waiting is not None and max_waiting <= 0:
+        return "full"
+    return None
 
 
-class _Listener:
-    """The hints heard on a connection, as an async iterator."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[Hint | None] = asyncio.Queue()
-        self.lost_connection = False
-        self._closed = False
-
-    def heard(self, connection: Any, pid: int, channel: str, payload: str) -> None:
-        """asyncpg's callback for a notification on the channel."""
-        try:
-            data = json.loads(payload)
-            hint = Hint(data["kind"], data["session"])
-        except (ValueError, TypeError, KeyError):
-            return  # not one of ours: somebody else notifies on the channel
-        if hint.kind in ("work", "stop") and isinstance(hint.session, str):
-            self._queue.put_nowait(hint)
-
-    def lost(self, connection: Any) -> None:
-        """asyncpg's callback when the connection closes."""
-        self.lost_connection = True
-        self._queue.put_nowait(None)
-
-    def close(self) -> None:
-        """The context was left: the iterator ends."""
-        self._closed = True
-        self._queue.put_nowait(None)
-
-    def __aiter__(self) -> _Listener:
-        return self
-
-    async def __anext__(self) -> Hint:
-        if self._closed:
-            raise StopAsyncIteration
-        hint = await self._queue.get()
-        if hint is not None:
-            return hint
-        if self.lost_connection and not self._closed:
-            raise StoreUnavailable("the Postgres connection that listened for hints was lost")
-        raise StopAsyncIteration
-
-
-def _turn_view(row: Any) -> TurnView:
-    return TurnView(
-        row["turn_id"],
-        row["turn_state"],
-        holder=row["holder"],
-        epoch=row["epoch"],
-        lease_expires_at=row["expires"],
-        steps=row["steps"],
-        steers_taken=row["steers_taken"],
-        stop_requested=row["stop_requested"],
-        start=row["start_position"],
-        end=row["end_position"],
-        text=json.loads(row["answer"]),
-        error=None if row["error"] is None else json.loads(row["error"]),
-    )
-
-
-def _input_view(session: str, row: Any) -> InputView:
-    id: str = row["id"]
-    text = codec.decode(id, row["body"], where=f"session {session!r}, input {id!r}").text
-    return InputView(id, row["kind"], text, row["seq"], row["state"], row["turn"], row["step"])
+def _refusal(
+    session: str,
+    refused: str,
+    expected_turn: str | None,
+    max_waiting: int | None,
+    running: str | None,
+    waiting: int,
+    would: str | None,
+) -> SessionNotIdle | TurnMismatch | QueueFull:
+    """The error of an enqueue the statement refused (``refused``: which condition)."""
+    if refused == "not idle":
+        return SessionNotIdle(session, running, waiting)
+    if refused == "mismatch":
+        return TurnMismatch(session, expected_turn or "", would)
+    return QueueFull(session, max_waiting or 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -12,9 +11,12 @@ from steerable.errors import InvalidMessage, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.store import Steer
 from steerable.stores.migrations import require
+from steerable.stores.postgres._fork import PostgresForkable
+from steerable.stores.postgres._journal import PostgresJournal
 from steerable.stores.postgres._rewrite import PostgresRewritable
 from steerable.stores.postgres._schema import MIGRATIONS
 from steerable.stores.postgres._service import PostgresServiceTables
+from steerable.stores.postgres._statements import Pool
 from steerable.stores.postgres._translate import APPLY, translated
 
 __all__ = ["APPLY", "Pool", "PostgresStore", "translated"]
@@ -124,25 +126,11 @@ _RETRIES = 64
 _VERSION = "SELECT coalesce(max(version), 0) FROM steerable_schema"
 
 
-class Pool(Protocol):
-    """The part of an ``asyncpg.Pool`` the store uses."""
-
-    async def fetch(self, query: str, *args: Any) -> list[Any]:
-        """Run ``query`` on a pooled connection; its rows."""
-        ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any:
-        """Run ``query`` on a pooled connection; the first column of its first row."""
-        ...
-
-    async def execute(self, query: str, *args: Any) -> str:
-        """Run ``query`` on a pooled connection; its status."""
-        ...
-
-
-class PostgresStore(PostgresServiceTables, PostgresRewritable):
-    """A :class:`steerable.Store` (and :class:`~steerable.store.Rewritable`) and a service
-    store in Postgres, over an ``asyncpg`` pool.
+class PostgresStore(PostgresServiceTables, PostgresRewritable, PostgresForkable, PostgresJournal):
+    """A :class:`steerable.Store` (:class:`~steerable.store.Rewritable`,
+    :class:`~steerable.store.Forkable`, :class:`~steerable.store.Journaling` and
+    :class:`~steerable.store.Repairable`) and a service store in Postgres, over an
+    ``asyncpg`` pool.
 
     The store runs no DDL: apply :data:`steerable.stores.postgres.MIGRATIONS` first with
     :func:`steerable.stores.postgres.migrate` (and call :meth:`check_schema` at start-up
