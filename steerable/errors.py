@@ -10,6 +10,11 @@ Every exception of the library derives from :class:`SteerableError`::
     │   ├── TranscriptConflict a save that does not extend what is stored
     │   ├── Fenced             a write of a lease another replica has since claimed
     │   ├── SessionBusy        a cut or delete of a session a service turn is running on
+    │   ├── SessionNotIdle     a send refused "if idle": a turn runs or an input waits
+    │   ├── TurnMismatch       a steer refused: it would not join the turn it expected
+    │   ├── QueueFull          an input refused: the session has its most inputs waiting
+    │   ├── MessageNotFound    a fork through a message the transcript does not hold
+    │   ├── SessionExists      a fork into a session that already has something
     │   └── CorruptRecord      a stored row that cannot be read back
     └── ModelError             a model failed or refused a request
         ├── ProviderError      a provider refused the request or failed after retries
@@ -91,6 +96,76 @@ class SessionBusy(StoreError):
             f"session {session!r}: {running} of the service is running on it, so it cannot be"
             f" {what}; stop the turn or wait for it to end, then try again"
         )
+
+
+class SessionNotIdle(StoreError):
+    """A send made only if the session is idle, refused: a turn runs or an input waits.
+
+    Nothing was recorded. ``turn`` is the running turn (None if none runs), ``waiting``
+    how many inputs wait.
+    """
+
+    def __init__(self, session: str, turn: str | None, waiting: int) -> None:
+        self.session = session
+        self.turn = turn
+        self.waiting = waiting
+        what = f"turn {turn!r} is running" if turn else f"{waiting} input(s) wait"
+        super().__init__(f"session {session!r} is not idle ({what}); nothing was sent")
+
+
+class TurnMismatch(StoreError):
+    """A steer meant for turn ``expected``, refused: it would not join that turn.
+
+    Nothing was recorded. ``offered`` is the turn it would have joined (None: it would be a
+    turn of its own, because no turn takes steers now).
+    """
+
+    def __init__(self, session: str, expected: str, offered: str | None) -> None:
+        self.session = session
+        self.expected = expected
+        self.offered = offered
+        now = f"turn {offered!r} takes steers now" if offered else "no turn takes steers now"
+        super().__init__(
+            f"session {session!r}: the steer was for turn {expected!r}, but {now};"
+            " nothing was recorded"
+        )
+
+
+class QueueFull(StoreError):
+    """An input refused because ``limit`` inputs wait in the session already.
+
+    Nothing was recorded. Try again once some of them have been answered.
+    """
+
+    def __init__(self, session: str, limit: int) -> None:
+        self.session = session
+        self.limit = limit
+        super().__init__(
+            f"session {session!r} has {limit} inputs waiting, its most; nothing was recorded"
+        )
+
+
+class MessageNotFound(StoreError):
+    """A fork through message ``message``, which session ``session``'s transcript lacks.
+
+    Nothing was written.
+    """
+
+    def __init__(self, session: str, message: str) -> None:
+        self.session = session
+        self.message = message
+        super().__init__(f"session {session!r} has no message {message!r}; nothing was forked")
+
+
+class SessionExists(StoreError):
+    """A fork into ``session``, which has a transcript, steers, inputs or metadata already.
+
+    Nothing was written. Fork into a new id, or delete that session first.
+    """
+
+    def __init__(self, session: str) -> None:
+        self.session = session
+        super().__init__(f"session {session!r} exists already; nothing was forked into it")
 
 
 class CorruptRecord(StoreError):

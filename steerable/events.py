@@ -24,6 +24,7 @@ __all__ = [
     "Event",
     "EventSink",
     "ModelRequested",
+    "Repaired",
     "Replied",
     "Saved",
     "SteersTaken",
@@ -59,10 +60,25 @@ class ToolStarted:
 
 @dataclass(frozen=True, slots=True)
 class ToolEnded:
-    """A tool call has its result (an error result if it failed)."""
+    """A tool call has its result (an error result if it failed).
+
+    ``replayed``: the result is the tool journal's, recorded by an earlier run; the tool
+    did not run now.
+    """
 
     call: ToolCall
     result: ToolResult
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Repaired:
+    """The run found orphaned tool calls (or stray results) in what it was given and
+    repaired the transcript from position ``at`` (:mod:`steerable.repair`); ``problems``
+    says what was wrong. With a session the repair is stored."""
+
+    at: int
+    problems: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,5 +103,15 @@ class Ended:
     result: Result
 
 
-Event = ModelRequested | TextDelta | Replied | ToolStarted | ToolEnded | SteersTaken | Saved | Ended
+Event = (
+    ModelRequested
+    | TextDelta
+    | Replied
+    | ToolStarted
+    | ToolEnded
+    | SteersTaken
+    | Saved
+    | Repaired
+    | Ended
+)
 EventSink = Callable[[Event], object]

@@ -10,8 +10,14 @@ takes the session's steers atomically, so a crash can neither lose a taken steer
 redone step take it twice. A steer from the box joins the run only once that save commits;
 if it fails, the steer is unapplied (and left in the store if the store can be reached).
 
-A run that dies mid-step redoes that step when resumed from the store, so a tool can run
-twice for one call.
+A run that dies mid-step redoes that step when resumed from the store, so a plain tool can
+run twice for one call. A tool marked ``side_effects`` is journaled (:mod:`steerable.journal`):
+with a session, the reply that calls it is stored before its calls run, each call is marked
+started in the session's journal and its result recorded as it ends, and a run given a
+transcript that ends with that reply carries its calls on without running a finished one
+again. What the run is given is repaired first (:mod:`steerable.repair`): a tool call with
+no result in the middle of it gets an error result saying its outcome is unknown, stored
+once.
 
 The pattern runs in the run's task and is driven through a :class:`Control`: it never sees
 the public :class:`steerable.Run`. :data:`PATTERNS` maps each :data:`PatternName` to its code.
@@ -26,18 +32,20 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Literal, Protocol
 
 from steerable._control import Control, Stopped
-from steerable.errors import ModelError
+from steerable.errors import ModelError, TranscriptConflict
 from steerable.events import (
     Ended,
     Event,
     EventSink,
     ModelRequested,
+    Repaired,
     Replied,
     Saved,
     SteersTaken,
     ToolEnded,
     ToolStarted,
 )
+from steerable.journal import UNKNOWN, ToolContext, call_key
 from steerable.messages import Message, ToolCall, ToolResult
 from steerable.models.base import (
     FinishReason,
@@ -48,8 +56,10 @@ from steerable.models.base import (
     TextDelta,
     Usage,
 )
+from steerable.repair import plan_repair
+from steerable.session import Session
 from steerable.spec import EndReason, PatternName, Result, Spec
-from steerable.store import Steer
+from steerable.store import Steer, journaling
 from steerable.tools import Tool
 
 _STOPPED = "the run was stopped before this call ended"
@@ -70,6 +80,11 @@ class Pattern(Protocol):
 
 
 PatternFactory = Callable[[Control, Spec, Sequence[Message], Model, EventSink | None], Pattern]
+
+
+_Known = dict[int, tuple[str, bool, ToolResult | None]]
+"""The journaled calls of a reply, by index: their key, whether the journal knew them
+(started before), and the result it held (None: started and never ended)."""
 
 
 class _StoreFailed(Exception):
@@ -107,7 +122,10 @@ class ReAct:
         self._results: dict[int, ToolResult] = {}
         self._unsaved: list[Steer] = []  # box steers whose step's save has not committed
         self._left: tuple[Steer, ...] | None = None  # the unapplied steers, once the box closed
+        self._known: _Known = {}  # the journal's answer for the calls under way
         control.saw(self.transcript)
+        if spec.session is not None and any(t.side_effects for t in self._tools.values()):
+            journaling(spec.session.store)  # a UsageError now, not when the first call runs
 
     # -- the run ------------------------------------------------------------------------
 
@@ -144,6 +162,12 @@ class ReAct:
     async def _react(self) -> EndReason:
         spec = self._spec
         control = self._control
+        await self._repair()
+        last = self.transcript[-1] if self.transcript else None
+        pending = last is not None and last.role == "assistant" and bool(last.tool_calls)
+        # a reply whose calls never got results (the run that made it died): carry them on
+        if pending and last is not None and await self._run_calls(last, fresh=False):
+            return "stopped"
         while True:
             await self._step()
             if control.stopping:
@@ -164,13 +188,8 @@ class ReAct:
             if not calls:
                 self._output = reply.message.text
                 return "completed"
-            self._calls, self._results = calls, {}
-            try:
-                await control.interruptible(self._call_tools(calls))
-            except Stopped:
-                self._answer(_STOPPED)
+            if await self._run_calls(reply.message, fresh=True):
                 return "stopped"
-            self._answer(_UNANSWERED)
 
     def _result(self, reason: EndReason, error: BaseException | None) -> Result:
         return Result(
@@ -281,6 +300,75 @@ class ReAct:
 
     # -- tools --------------------------------------------------------------------------
 
+    async def _run_calls(self, message: Message, *, fresh: bool) -> bool:
+        """Run ``message``'s calls and append their results; True if stopped meanwhile.
+
+        ``fresh``: the reply was just made (not yet stored), rather than carried on.
+        """
+        calls = message.tool_calls
+        self._known = await self._journal(message, fresh=fresh)
+        self._calls, self._results = calls, {}
+        try:
+            await self._control.interruptible(self._call_tools(calls))
+        except Stopped:
+            self._answer(_STOPPED)
+            return True
+        self._answer(_UNANSWERED)
+        return False
+
+    async def _journal(self, message: Message, *, fresh: bool) -> _Known:
+        """Store a fresh reply with journaled calls, then mark those calls started."""
+        session = self._spec.session
+        calls = message.tool_calls
+        journaled = [i for i, c in enumerate(calls) if self._side_effects(c)]
+        if session is None or not journaled:
+            return {}
+        keys = {i: call_key(session.id, message.id, calls[i].id) for i in journaled}
+        try:
+            if fresh:  # a resumed run must find these very calls, not ask the model again
+                await session.save(self.transcript)
+                await self._emit(Saved(session.stored or 0))
+            known = await session.begin_calls(list(keys.values()))
+        except Exception as exc:
+            raise _StoreFailed(exc) from exc
+        return {i: (key, key in known, known.get(key)) for i, key in keys.items()}
+
+    def _side_effects(self, call: ToolCall) -> bool:
+        tool = self._tools.get(call.name)
+        return tool is not None and tool.side_effects
+
+    async def _repair(self) -> None:
+        """Repair orphaned tool calls in what the run was given; with a session, store the
+        repair of what is stored (what the run was given beyond that is saved at its step)."""
+        repair = plan_repair(self.transcript)
+        if repair is None:
+            return
+        fixed = [*self.transcript[: repair.at], *repair.messages]
+        session = self._spec.session
+        if session is not None:
+            try:
+                await self._store_repair(session, fixed)
+            except Exception as exc:
+                raise _StoreFailed(exc) from exc
+        self.transcript[:] = fixed
+        self._given = min(self._given, len(self.transcript))
+        await self._emit(Repaired(repair.at, repair.problems))
+
+    async def _store_repair(self, session: Session, fixed: list[Message]) -> None:
+        """Swap the stored tail that differs from ``fixed`` (a compare-and-swap)."""
+        stored = await session.messages()  # under the service: the claim's copy, no read
+        count = len(stored)
+        if [m.id for m in stored] != [m.id for m in self.transcript[:count]]:
+            raise TranscriptConflict(session.id, len(self.transcript), count)
+        unsaved = {m.id for m in self.transcript[count:]}
+        end = next((i for i, m in enumerate(fixed) if m.id in unsaved), len(fixed))
+        at = next(
+            (i for i, (a, b) in enumerate(zip(stored, fixed[:end], strict=False)) if a != b),
+            min(count, end),
+        )
+        if at < count or at < end:
+            await session.replace(at, [m.id for m in stored[at:]], fixed[at:end])
+
     async def _call_tools(self, calls: list[ToolCall]) -> None:
         if len(calls) == 1:  # in the run's own task: a stop cancels it there
             await self._call_tool(0, calls[0])
@@ -293,6 +381,11 @@ class ReAct:
             raise failed.exceptions[0] from failed
 
     async def _call_tool(self, index: int, call: ToolCall) -> None:
+        key, started, recorded = self._known.get(index, (None, False, None))
+        if recorded is not None:  # it ran to its end before: never again
+            self._results[index] = recorded
+            await self._emit(ToolEnded(call, recorded, replayed=True))
+            return
         await self._emit(ToolStarted(call))
         tool = self._tools.get(call.name)
         if tool is None:
@@ -300,10 +393,37 @@ class ReAct:
             result = ToolResult(
                 call.id, call.name, f"there is no tool named {call.name!r} (tools: {known})", True
             )
+        elif started and not tool.idempotent:  # it began and its end is unknown
+            result = ToolResult(call.id, call.name, UNKNOWN, True)
         else:
-            result = await tool.run(call, default_timeout=self._spec.tool_timeout)
+            session = self._spec.session
+            context = ToolContext(
+                call,
+                key or call_key(session.id if session else None, self._reply_id(), call.id),
+                session.id if session else None,
+                retried=started,
+            )
+            result = await tool.run(call, default_timeout=self._spec.tool_timeout, context=context)
+        if key is not None:
+            result = await self._record(key, result)
         self._results[index] = result
         await self._emit(ToolEnded(call, result))
+
+    async def _record(self, key: str, result: ToolResult) -> ToolResult:
+        """Record a journaled call's result; the journal's first one is the result."""
+        session = self._spec.session
+        assert session is not None  # a key is only made with a session
+        try:
+            return await session.end_call(key, result)
+        except Exception as exc:
+            raise _StoreFailed(exc) from exc
+
+    def _reply_id(self) -> str:
+        """The id of the reply whose calls run now (the last assistant message)."""
+        for message in reversed(self.transcript):
+            if message.role == "assistant":
+                return message.id
+        return ""
 
     def _answer(self, missing: str) -> None:
         """Append the results in call order; a call without one gets an error saying why."""

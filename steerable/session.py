@@ -19,15 +19,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from steerable.errors import TranscriptConflict, UsageError
-from steerable.messages import Message
+from steerable.messages import Message, ToolResult
 from steerable.store import (
     Steer,
     Store,
     as_steer,
     check_count,
+    check_keys,
     check_messages,
     check_session_id,
     check_transcript,
+    forkable,
+    journaling,
+    repairable,
     rewritable,
 )
 
@@ -129,6 +133,49 @@ class Session:
         deleted = await store.delete(self.id)
         self._stored = 0
         return deleted
+
+    async def fork(self, new: str, *, at: str | None = None) -> Session:
+        """A new session ``new`` whose transcript is this one's through the message ``at``
+        (all of it when None), sharing nothing with it; run on it to carry the conversation
+        on from that point (resume at a message). Steers waiting here stay here.
+
+        :class:`~steerable.MessageNotFound` when ``at`` is not stored here,
+        :class:`~steerable.SessionExists` when ``new`` has anything; the store must be
+        :class:`~steerable.store.Forkable` (every store of this package is).
+        """
+        fresh = check_session_id(new)
+        if fresh == self.id:
+            raise UsageError("a session cannot be forked into itself")
+        if at is not None and (not isinstance(at, str) or not at):
+            raise UsageError(f"`at` is a message id (a non-empty str) or None, not {at!r}")
+        copied = await forkable(self.store).fork(self.id, fresh, through=at)
+        forked = Session(fresh, self.store)
+        forked._stored = copied
+        return forked
+
+    async def begin_calls(self, keys: Sequence[str]) -> dict[str, ToolResult | None]:
+        """Mark tool calls started in the session's journal; what it knew of them before
+        (see :class:`~steerable.store.Journaling`)."""
+        return await journaling(self.store).begin_calls(self.id, check_keys(keys))
+
+    async def end_call(self, key: str, result: ToolResult) -> ToolResult:
+        """Record a tool call's result in the journal; the first recorded is returned."""
+        (checked,) = check_keys([key])
+        if not isinstance(result, ToolResult):
+            raise UsageError(f"end_call records a ToolResult, not {type(result).__name__}")
+        return await journaling(self.store).end_call(self.id, checked, result)
+
+    async def replace(self, at: int, old: Sequence[str], messages: Sequence[Message]) -> None:
+        """Put ``messages`` in place of the stored messages from ``at`` on, if their ids are
+        ``old`` (:class:`TranscriptConflict` otherwise; see
+        :class:`~steerable.store.Repairable`)."""
+        check_count(at, "at")
+        check_keys(old, what="old message id")
+        check_messages(messages)
+        store = repairable(self.store)
+        self._stored = None
+        await store.replace(self.id, at=at, old=old, messages=messages)
+        self._stored = at + len(messages)
 
     async def _position(self, transcript: Sequence[Message]) -> int:
         if self._stored is not None:

@@ -15,8 +15,12 @@ turned into a result.
 A sync function runs in a worker thread, so a slow one does not hold up the other calls
 of the same reply, which run concurrently.
 
-A run that dies mid-step redoes that step, so a tool can run twice for one call: make
-tools with side effects idempotent (the tool journal, planned, goes further).
+A run that dies mid-step redoes that step, so a plain tool can run twice for one call.
+Mark a tool with side effects ``@tool(side_effects=True)`` (and, if running it twice is
+harmless, ``idempotent=True``): with a session, its calls are journaled
+(:mod:`steerable.journal`) and a finished call never runs again. A parameter annotated
+:class:`~steerable.journal.ToolContext` is not shown to the model: the run fills it with
+the call and its idempotency key.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import pydantic
 import pydantic_core
 
 from steerable.errors import UsageError
+from steerable.journal import ToolContext, call_key
 from steerable.messages import ToolCall, ToolResult
 from steerable.models.base import ToolSpec
 
@@ -40,31 +45,48 @@ ToolFunction = Callable[..., Any]
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Tool:
-    """A function the model can call. Build one with :func:`tool`."""
+    """A function the model can call. Build one with :func:`tool`.
+
+    ``side_effects``: its calls are journaled when the run has a session (a finished call
+    is never run again); ``idempotent``: a journaled call interrupted mid-way may be run
+    again (else the model is told its outcome is unknown).
+    """
 
     name: str
     description: str
     parameters: dict[str, Any]
     function: ToolFunction
     timeout: float | None = None
+    side_effects: bool = False
+    idempotent: bool = False
     _arguments: type[pydantic.BaseModel] = field(repr=False, default=pydantic.BaseModel)
     _is_async: bool = field(repr=False, default=False)
+    _context: str | None = field(repr=False, default=None)  # the ToolContext parameter
 
     @property
     def spec(self) -> ToolSpec:
         """What the model is told about this tool."""
         return ToolSpec(self.name, self.description, self.parameters)
 
-    async def run(self, call: ToolCall, *, default_timeout: float | None = None) -> ToolResult:
+    async def run(
+        self,
+        call: ToolCall,
+        *,
+        default_timeout: float | None = None,
+        context: ToolContext | None = None,
+    ) -> ToolResult:
         """Run the tool for ``call``; any failure becomes an error result.
 
-        ``default_timeout`` applies when the tool has no timeout of its own.
+        ``default_timeout`` applies when the tool has no timeout of its own; ``context``
+        fills a :class:`ToolContext` parameter (one without a session is made if None).
         """
         limit = self.timeout if self.timeout is not None else default_timeout
         try:
             arguments = self._validate(call.arguments)
         except _BadArguments as exc:
             return ToolResult(call.id, call.name, str(exc), is_error=True)
+        if self._context is not None:
+            arguments[self._context] = context or ToolContext(call, call_key(None, "", call.id))
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:
@@ -117,13 +139,27 @@ def _description(function: ToolFunction) -> str:
     return doc.split("\n\n", 1)[0].strip()
 
 
-def _arguments_model(function: ToolFunction, name: str) -> type[pydantic.BaseModel]:
+def _hints(function: ToolFunction, name: str) -> dict[str, Any]:
     try:
-        hints = get_type_hints(function, include_extras=True)
+        return get_type_hints(function, include_extras=True)
     except Exception as exc:
         raise UsageError(f"tool {name!r}: cannot read its type hints: {exc}") from exc
+
+
+def _context_parameter(function: ToolFunction, name: str) -> str | None:
+    """The parameter annotated :class:`ToolContext`, if the function has one (at most one)."""
+    found = [p for p, hint in _hints(function, name).items() if hint is ToolContext]
+    if len(found) > 1:
+        raise UsageError(f"tool {name!r}: one ToolContext parameter at most, not {found}")
+    return found[0] if found else None
+
+
+def _arguments_model(function: ToolFunction, name: str) -> type[pydantic.BaseModel]:
+    hints = _hints(function, name)
     fields: dict[str, Any] = {}
     for param in inspect.signature(function).parameters.values():
+        if hints.get(param.name) is ToolContext:
+            continue  # filled by the run, never described to the model
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise UsageError(f"tool {name!r}: *args and **kwargs cannot be described to a model")
         if param.kind is param.POSITIONAL_ONLY:
@@ -153,7 +189,12 @@ def tool(function: ToolFunction, /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout: float | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = None,
+    side_effects: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -164,8 +205,13 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
+    side_effects: bool = False,
+    idempotent: bool = False,
 ) -> Tool | Callable[[ToolFunction], Tool]:
-    """Make a :class:`Tool` of a function: ``@tool`` or ``@tool(timeout=5)``."""
+    """Make a :class:`Tool` of a function: ``@tool``, ``@tool(timeout=5)``, or
+    ``@tool(side_effects=True)`` for one whose calls the journal must not repeat."""
+    if not isinstance(side_effects, bool) or not isinstance(idempotent, bool):
+        raise UsageError("side_effects and idempotent are True or False")
 
     def build(fn: object) -> Tool:
         if isinstance(fn, Tool):
@@ -182,8 +228,11 @@ def tool(
             parameters=_schema(model),
             function=fn,
             timeout=timeout,
+            side_effects=side_effects,
+            idempotent=idempotent,
             _arguments=model,
             _is_async=inspect.iscoroutinefunction(fn),
+            _context=_context_parameter(fn, tool_name),
         )
 
     return build(function) if function is not None else build
