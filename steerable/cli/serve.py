@@ -16,7 +16,9 @@ be used (unreachable, not accepting connections yet, an unknown database, a refu
 not migrated) is one line on stderr and exit status 1 (``_databases.py``).
 
 A failed turn is logged with its traceback, and its tenant is told a code and a safe line
-(``--error-detail`` passes the agent's own text, for development). SIGTERM or Ctrl-C ends
+(``--error-detail`` passes the agent's own text, for development). Every queue, rate,
+stream, timeout and connection count has a bound with a default (``_bounds.py``; ``serve
+--help`` lists them). SIGTERM or Ctrl-C ends
 the event streams, gives other requests ``--grace`` seconds, and releases the running
 turns' leases for another replica to carry on (``_shutdown.py``).
 """
@@ -31,10 +33,11 @@ import math
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from steerable.cli._agents import DEFAULT_AGENT, add_agent_flags, agent_of, load_agent
+from steerable.cli._bounds import Bounds, add_bound_flags, bounds_of
 from steerable.cli._databases import explain
 from steerable.cli._tokens import load_tokens
 from steerable.errors import StoreError, UsageError
@@ -74,6 +77,7 @@ class ServeOptions:
     error_detail: bool = False
     model: ProviderModel | None = None
     cors_origins: tuple[str, ...] = ()
+    bounds: Bounds = field(default_factory=Bounds)
 
 
 class CannotStart(Exception):
@@ -136,6 +140,7 @@ def _options(args: argparse.Namespace) -> ServeOptions:
         grace=args.grace,
         error_detail=args.error_detail,
         model=model,
+        bounds=bounds_of(args),
     )
 
 
@@ -204,9 +209,10 @@ async def opened(url: str) -> AsyncIterator[Any]:
 async def _serve(options: ServeOptions) -> int:
     from steerable.cli._shutdown import EndingStreams, Server
     from steerable.service import Service
-    from steerable.service.http import create_app, live_feed
+    from steerable.service.http import Limits, create_app, live_feed
 
     _log_to_stderr()
+    bounds = options.bounds
     async with AsyncExitStack() as stack:
         if options.model is not None:
             await stack.enter_async_context(options.model)
@@ -220,11 +226,20 @@ async def _serve(options: ServeOptions) -> int:
             poll=options.poll,
             live=feed.sink,
             error_detail=options.error_detail,
+            max_waiting=bounds.max_waiting,
+            stop_poll=bounds.stop_poll,
         )
+        limits = Limits(bounds.tenant_rate, bounds.tenant_burst, bounds.tenant_streams)
         # The app's lifespan serves turns (service.serving()) and runs the live feed.
-        streams = EndingStreams(
-            create_app(service, tokens=options.tokens, live=feed, cors_origins=options.cors_origins)
+        app = create_app(
+            service,
+            tokens=options.tokens,
+            live=feed,
+            cors_origins=options.cors_origins,
+            limits=limits,
+            body_timeout=bounds.body_timeout,
         )
+        streams = EndingStreams(app)
         config = uvicorn_config(streams, options)
         server = Server(config, streams)
         await server.serve()
@@ -232,17 +247,24 @@ async def _serve(options: ServeOptions) -> int:
 
 
 def uvicorn_config(app: Any, options: ServeOptions) -> Any:
-    """uvicorn's settings for ``app``: the address, and the grace of a shutdown."""
+    """uvicorn's settings for ``app``: the address, the grace of a shutdown, the bounds of
+    a connection (its head's and keep-alive's timeouts, how many at once)."""
     import uvicorn
 
+    from steerable.cli._protocol import guarded_h11
+
+    bounds = options.bounds
     return uvicorn.Config(
         app,
         host=options.host,
         port=options.port,
         log_level="info",
         lifespan="on",
-        # typed int, but it is asyncio.wait_for's timeout: a fraction works
+        http=guarded_h11(bounds.head_timeout),
+        # typed int, but each is a loop timer's seconds: a fraction works
         timeout_graceful_shutdown=options.grace,  # type: ignore[arg-type]
+        timeout_keep_alive=bounds.keep_alive,  # type: ignore[arg-type]
+        limit_concurrency=bounds.max_connections,
     )
 
 
@@ -323,6 +345,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="let browser pages of ORIGIN (https://app.example) call the API; repeat for more,"
         " or * for any (default: none)",
     )
+    add_bound_flags(run)
     run.set_defaults(handler=serve)
     _short_errors(run, "serve")
     apply = commands.add_parser(

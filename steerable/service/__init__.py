@@ -7,7 +7,7 @@
     service = Service(store, ReActAgent(Spec(tools=[...]), model))
     async with service.serving():  # this process is a replica too
         accepted = await service.send("s1", "plan my week")
-        await service.steer("s1", "skip friday")  # -> {id, turn}: taken at the next step
+        await service.steer("s1", "skip friday")  # -> {id, turn}: offered to the started turn
         done = await service.wait("s1", accepted.id, seconds=60)
 
 See ``docs/service.md`` for the semantics (inputs, turns, leases, fencing, stop) and

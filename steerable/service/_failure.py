@@ -45,7 +45,7 @@ def reported(session: str, turn: str, outcome: Outcome, *, detail: bool) -> Outc
     Under the HTTP API a stored session id is ``tenant/session``: the log names the tenant.
     """
     if outcome.state != "failed":
-        return Outcome(outcome.state, outcome.text, outcome.error)
+        return Outcome(outcome.state, outcome.text, outcome.error, outcome.usage)
     exception = outcome.exception if isinstance(outcome, Failure) else None
     tenant, slash, _ = session.partition("/")
     log.error(
@@ -58,5 +58,5 @@ def reported(session: str, turn: str, outcome: Outcome, *, detail: bool) -> Outc
         extra={"tenant": tenant if slash else None, "session": session, "turn": turn},
     )
     if detail:
-        return Outcome("failed", outcome.text, outcome.error)
-    return Outcome("failed", outcome.text, AGENT_ERROR)
+        return Outcome("failed", outcome.text, outcome.error, outcome.usage)
+    return Outcome("failed", outcome.text, AGENT_ERROR, outcome.usage)

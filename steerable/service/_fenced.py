@@ -4,16 +4,21 @@ The core loop saves through a :class:`~steerable.Session`; under the service tha
 store is this view, so every save-and-take of a step becomes one ``ServiceStore.step`` call
 that carries the turn's lease. The first transcript read is answered from the claim (the
 claim read it already), so a turn costs no read of its own.
+
+The tool journal's verbs and the repair's ``replace`` go to the store as they are, not
+fenced: marking a call started is atomic in the store (of two holders, one is told a call
+is new), a recorded result is what the tool did whoever records it, and ``replace`` is a
+compare-and-swap of the tail that any write in between turns into a conflict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from steerable.errors import Fenced, StoreUnavailable, UsageError
-from steerable.messages import Message
+from steerable.messages import Message, ToolResult
 from steerable.service_store import Input, Lease, ServiceStore
-from steerable.store import Steer, Store
+from steerable.store import Steer, Store, journaling, repairable
 
 
 class LeaseCell:
@@ -30,12 +35,19 @@ class LeaseCell:
 class FencedStore:
     """The :class:`~steerable.Store` verbs of one turn's session, every write fenced."""
 
-    __slots__ = ("_cell", "_claimed", "_service", "_session", "_store")
+    __slots__ = ("_cell", "_claimed", "_service", "_session", "_store", "_written")
 
     def __init__(
-        self, store: Store, service: ServiceStore, cell: LeaseCell, claimed: list[Message]
+        self,
+        store: Store,
+        service: ServiceStore,
+        cell: LeaseCell,
+        claimed: list[Message],
+        *,
+        written: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
+        self._written = written  # told after each step it stored
         self._service = service
         self._cell = cell
         self._session = cell.lease.session
@@ -63,13 +75,16 @@ class FencedStore:
         if self._cell.fenced:  # lost or abandoned: refused here, without a store call
             raise Fenced(lease.session, lease.epoch, None)
         try:
-            return await self._service.step(lease, messages, at=at, take=take)
+            taken = await self._service.step(lease, messages, at=at, take=take)
         except Fenced:
             self._cell.fenced = True
             raise
         except StoreUnavailable:
             self._cell.store_failed = True
             raise
+        if self._written is not None:
+            self._written(self._session)
+        return taken
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
         """Take the turn's steers at ``at`` (or at the transcript's end), fenced."""
@@ -88,3 +103,24 @@ class FencedStore:
         status = await self._service.status(session)
         turn = status.turn.id if status.turn else None
         return [Steer(w.text, w.id) for w in status.waiting if w.turn == turn and turn]
+
+    async def begin_calls(self, session: str, keys: Sequence[str]) -> dict[str, ToolResult | None]:
+        """Mark tool calls started in the session's journal (not fenced: see above)."""
+        self._mine(session)
+        return await journaling(self._store).begin_calls(session, keys)
+
+    async def end_call(self, session: str, key: str, result: ToolResult) -> ToolResult:
+        """Record a tool call's result in the session's journal (not fenced: see above)."""
+        self._mine(session)
+        return await journaling(self._store).end_call(session, key, result)
+
+    async def replace(
+        self, session: str, *, at: int, old: Sequence[str], messages: Sequence[Message]
+    ) -> None:
+        """Swap the transcript's tail, compared first (a conflict if anything came between)."""
+        self._mine(session)
+        if self._cell.fenced:
+            lease = self._cell.lease
+            raise Fenced(lease.session, lease.epoch, None)
+        self._claimed = None
+        await repairable(self._store).replace(session, at=at, old=old, messages=messages)

@@ -79,6 +79,7 @@ class Settings:
     poll: float
     concurrency: int
     error_detail: bool = False  # record a failed turn's own error text (see _failure.py)
+    stop_poll: float = 0.2  # how often a store without notifications is asked for stops
 
 
 class Replica:
@@ -91,12 +92,15 @@ class Replica:
         agent: Agent,
         settings: Settings,
         live: LiveSink | None = None,
+        *,
+        wake: Callable[[str], object] | None = None,
     ) -> None:
         self.store = store
         self.service = service
         self.agent = agent
         self.settings = settings
         self.live = live
+        self.woke = wake  # told of each session this replica wrote events to
         self.counters = Counters()
         self._wake = asyncio.Event()
         self._hinted: list[str] = []
@@ -107,15 +111,15 @@ class Replica:
 
     async def run(self) -> None:
         """Claim and serve until cancelled; then the turns under way are abandoned."""
-        listener = None
         if isinstance(self.service, Notifying):
             listener = asyncio.create_task(self._listen(self.service))
+        else:
+            listener = asyncio.create_task(self._watch_stops())
         try:
             await self._claim_forever()
         finally:
-            if listener is not None:
-                listener.cancel()
-                await asyncio.gather(listener, return_exceptions=True)
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
             await self._abandon()
 
     async def _abandon(self) -> None:
@@ -167,6 +171,27 @@ class Replica:
                 log.warning("hints stopped (%s); polling until they are back", exc)
                 await asyncio.sleep(self.settings.poll)
 
+    async def _watch_stops(self) -> None:
+        """Where no hint tells of a stop: ask the store, while turns run here, which of them
+        were asked to stop (one cheap read for all of them), so a stop takes effect within
+        ``stop_poll`` rather than at the next renewal."""
+        settings = self.settings
+        while True:
+            await asyncio.sleep(settings.stop_poll)
+            if not self._turns:
+                continue
+            try:
+                sessions = await self.service.stopping(settings.replica)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the renewal still carries the stop
+                log.debug("the stop poll failed: %s", exc)
+                continue
+            for session in sessions:
+                serving = self._turns.get(session)
+                if serving is not None and not serving.stop:
+                    serving.stop_turn()
+
     async def _claim_forever(self) -> None:
         settings = self.settings
         while True:
@@ -191,13 +216,18 @@ class Replica:
                 await asyncio.sleep(settings.poll)
                 continue
             if claim is not None:
+                self._written(claim.lease.session)
                 self._start(claim)
             elif target is None:
                 await self._wait(settings.poll)
 
+    def _written(self, session: str) -> None:
+        """Tell the ``wake`` callback (it logs its own failures) of a write to ``session``."""
+        if self.woke is not None:
+            self.woke(session)
+
     async def _wait(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+        await waited(self._wake, seconds)
         self._wake.clear()
 
     # -- serving a turn ---------------------------------------------------------------------
@@ -291,7 +321,9 @@ class Replica:
         messages = list(stored)
         if claim.prompt.id not in {m.id for m in messages[claim.start :]}:
             messages.append(claim.prompt.message(steered=False))
-        fenced = FencedStore(self.store, self.service, serving.cell, list(stored))
+        fenced = FencedStore(
+            self.store, self.service, serving.cell, list(stored), written=self._written
+        )
         live = self.live
         session, turn_id = claim.lease.session, claim.turn
         sink = None if live is None else _watching(live, session, turn_id)
@@ -320,8 +352,7 @@ class Replica:
     async def _renew(self, serving: _Serving, session: str) -> None:
         every, cell = self.settings.renew_every, serving.cell
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(serving.renew_now.wait(), every)
+            await waited(serving.renew_now, every)
             serving.renew_now.clear()
             try:
                 renewal = await self.service.renew(cell.lease, seconds=self.settings.lease)
@@ -357,6 +388,7 @@ class Replica:
                 await asyncio.sleep(min(self.settings.poll, 0.2))
                 continue
             self.counters.ended += 1
+            self._written(cell.lease.session)
             if following is not None:
                 self._hinted.append(cell.lease.session)
                 self._wake.set()
@@ -365,7 +397,8 @@ class Replica:
 
 def _watching(live: LiveSink, session: str, turn: str) -> EventSink:
     """The turn's event sink over ``live``: a sink that fails is logged once and the turn
-    goes on (what watchers see is live only; the turn is what is durable)."""
+    goes on (what watchers see is live only; the turn is what is durable). No watcher, no
+    sink: an agent streams its model's text only for one."""
     failed = False
 
     def sink(event: Event) -> None:
@@ -401,3 +434,16 @@ def _answer(claim: Claim, messages: list[Message]) -> Outcome | None:
     if answered and any(m.id == claim.prompt.id for m in mine):
         return Outcome("completed", mine[-1].readable)
     return None
+
+
+async def waited(event: asyncio.Event, seconds: float) -> None:
+    """Until ``event`` is set or ``seconds`` have passed.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it returns, rather than raising, when the task
+    is cancelled as the event is set, so a loop around it would never see its cancellation
+    (a service's replica then ran on past its ``serving()`` and the exit waited forever);
+    ``asyncio.timeout`` tells its own cancellation from another's.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await event.wait()

@@ -10,31 +10,36 @@ a replica too. Every argument is checked here, once, and the store trusts what i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from steerable.errors import UsageError
+from steerable.messages import new_id
 from steerable.service._replica import LiveSink, Replica, Settings
 from steerable.service.agent import Agent
 from steerable.service_store import (
+    INPUT_STATES,
     Accepted,
     Entry,
     Input,
     InputKind,
+    InputState,
     InputView,
     ServiceEvent,
     ServiceStore,
     Status,
     TurnView,
 )
-from steerable.store import Store, check_session_id
+from steerable.store import Forkable, Rewritable, Store, check_session_id
 
-__all__ = ["MAX_ID", "MAX_PAGE", "MAX_TEXT", "Service"]
+__all__ = ["MAX_ID", "MAX_METADATA", "MAX_PAGE", "MAX_TEXT", "Service"]
 
 log = logging.getLogger("steerable.service")
 
@@ -57,6 +62,9 @@ MAX_TEXT = 1_000_000
 
 MAX_PAGE = 1000
 """The most messages or events one view call returns."""
+
+MAX_METADATA = 16_384
+"""The most bytes of an input's or a session's metadata, as compact JSON."""
 
 
 def _encodable(value: str, what: str) -> str:
@@ -84,12 +92,28 @@ def _id(id: object) -> str:
     return _encodable(id, "the id")
 
 
-def _input(kind: InputKind, text: object, id: object) -> Input:
+def _metadata(value: object) -> dict[str, Any]:
+    """A copy of ``value`` if it is a JSON object of at most :data:`MAX_METADATA` bytes."""
+    if not isinstance(value, dict):
+        raise UsageError(f"metadata is a dict (a JSON object), not {type(value).__name__}")
+    try:
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        size = len(encoded.encode("utf-8"))
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:
+        raise UsageError(f"metadata must be plain JSON (str keys, no NaN): {exc}") from None
+    if size > MAX_METADATA:
+        raise UsageError(f"metadata has at most {MAX_METADATA} bytes as JSON, not {size}")
+    copy: dict[str, Any] = json.loads(encoded)
+    return copy
+
+
+def _input(kind: InputKind, text: object, id: object, metadata: object = None) -> Input:
     if not isinstance(text, str):
         raise UsageError(f"an input's text is a str, not {type(text).__name__}")
     if len(_encodable(text, "the text").encode("utf-8")) > MAX_TEXT:
         raise UsageError(f"an input's text has at most {MAX_TEXT} bytes of UTF-8")
-    return Input(kind, text) if id is None else Input(kind, text, _id(id))
+    meta = {} if metadata is None else _metadata(metadata)
+    return Input(kind, text, new_id() if id is None else _id(id), meta)
 
 
 def _page(value: object, what: str, *, low: int = 0) -> int:
@@ -110,14 +134,20 @@ class Service:
     ``agent`` is what turns run (needed only to serve). ``replica`` names this process in
     leases (host and pid by default). A lease lasts ``lease`` seconds on the database's
     clock and is renewed every ``renew_every`` (a third of it by default): a replica that
-    dies is taken over after at most ``lease`` seconds, and a stop reaches the holder
-    within ``renew_every`` where the store has no notifications (at once where it has).
+    dies is taken over after at most ``lease`` seconds.
     An idle replica looks for work every ``poll`` seconds (and at once on a hint), and
     runs at most ``concurrency`` turns at a time. ``live`` receives the live events
     (text deltas included) of the turns this replica runs; a ``live`` that raises is logged
     once per turn and never fails the turn. A failed turn is logged (with its traceback)
     and records a stable code in its ``error`` rather than the agent's own text, which
     can name hosts and keys; ``error_detail=True`` records the text, for development.
+    ``max_waiting`` bounds the inputs waiting in one session (a send or steer beyond it is
+    refused with :class:`~steerable.QueueFull`; None: no bound). Where the store has no
+    notifications the replica asks it every ``stop_poll`` seconds which of its turns were
+    asked to stop, so a stop reaches the holder within about that (at once where the
+    store notifies). ``wake`` is called with a session's id after each write of this
+    process that adds durable events to it (a live feed's ``wake``: event streams then read
+    them at once; :func:`~steerable.service.http.create_app` sets it to its feed's).
     When serving ends, the turns under way are abandoned and their leases released, so
     another replica carries them on at once.
     """
@@ -134,6 +164,9 @@ class Service:
         concurrency: int = 16,
         live: LiveSink | None = None,
         error_detail: bool = False,
+        max_waiting: int | None = 1000,
+        stop_poll: float = 0.2,
+        wake: Callable[[str], object] | None = None,
     ) -> None:
         if not isinstance(store, ServiceStore) or not isinstance(store, Store):
             raise UsageError(
@@ -156,6 +189,12 @@ class Service:
             raise UsageError(f"`replica` is a non-empty str, not {replica!r}")
         if not isinstance(error_detail, bool):
             raise UsageError(f"`error_detail` is True or False, not {error_detail!r}")
+        if max_waiting is not None and (type(max_waiting) is not int or max_waiting < 1):
+            raise UsageError(f"`max_waiting` is an int >= 1 or None, not {max_waiting!r}")
+        self.max_waiting = max_waiting
+        if wake is not None and not callable(wake):
+            raise UsageError(f"`wake` is a callable of a session id, not {wake!r}")
+        self.wake = wake
         self.store: ServiceStore = store
         self._core: Store = store
         self.agent = agent
@@ -166,6 +205,7 @@ class Service:
             _seconds(poll, "poll"),
             concurrency,
             error_detail,
+            _seconds(stop_poll, "stop_poll"),
         )
         self._live = live
         self.replica: Replica | None = None
@@ -175,23 +215,150 @@ class Service:
 
     # -- inputs ---------------------------------------------------------------------------
 
-    async def send(self, session: str, text: str, *, id: str | None = None) -> Accepted:
-        """Queue ``text`` as a turn of its own; it starts now if no turn runs."""
-        return await self.store.enqueue(_session(session), _input("send", text, id))
+    async def send(
+        self,
+        session: str,
+        text: str,
+        *,
+        id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        if_idle: bool = False,
+    ) -> Accepted:
+        """Queue ``text`` as a turn of its own; it starts now if no turn runs.
 
-    async def steer(self, session: str, text: str, *, id: str | None = None) -> Accepted:
-        """Offer ``text`` to the running turn's next step; ``turn`` None: a turn of its own."""
-        return await self.store.enqueue(_session(session), _input("steer", text, id))
+        ``if_idle``: only if no turn runs and no input waits, else
+        :class:`~steerable.SessionNotIdle` and nothing is sent (an atomic "start if idle").
+        """
+        if not isinstance(if_idle, bool):
+            raise UsageError(f"`if_idle` is True or False, not {if_idle!r}")
+        sid = _session(session)
+        accepted = await self.store.enqueue(
+            sid, _input("send", text, id, metadata), if_idle=if_idle, max_waiting=self.max_waiting
+        )
+        self._woke(sid, not accepted.duplicate)
+        return accepted
+
+    async def steer(
+        self,
+        session: str,
+        text: str,
+        *,
+        id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expected_turn: str | None = None,
+    ) -> Accepted:
+        """Offer ``text`` to the started turn's next step; ``turn`` None: a turn of its own.
+
+        The started turn is the running one, or, when none runs, the one the next claim
+        starts. An offer is not a promise: a turn that ends (its answer written) before its
+        next step frees the steer to be a turn of its own; :meth:`fate` tells which.
+        ``expected_turn``: only if the steer joins that turn, else
+        :class:`~steerable.TurnMismatch` and nothing is recorded.
+        """
+        expected = None if expected_turn is None else _id(expected_turn)
+        sid = _session(session)
+        accepted = await self.store.enqueue(
+            sid,
+            _input("steer", text, id, metadata),
+            expected_turn=expected,
+            max_waiting=self.max_waiting,
+        )
+        self._woke(sid, not accepted.duplicate)
+        return accepted
 
     async def stop(self, session: str) -> str | None:
         """Stop the running turn, from any replica; its id, or None when none runs."""
-        return await self.store.stop(_session(session))
+        sid = _session(session)
+        turn = await self.store.stop(sid)
+        self._woke(sid, turn is not None)
+        return turn
+
+    async def cancel(self, session: str, id: str) -> InputView | None:
+        """Take back the waiting input ``id``; its view after (unchanged if it was answered)."""
+        sid = _session(session)
+        view = await self.store.cancel(sid, _id(id))
+        self._woke(sid, view is not None and view.state == "cancelled")
+        return view
+
+    def _woke(self, session: str, wrote: bool) -> None:
+        if wrote:
+            self._wrote(session)
+
+    def _wrote(self, session: str) -> None:
+        """Tell ``wake`` (if any) that this process wrote events to ``session``; also the
+        replica's, so a wake set after the Service was made (by the app) still counts."""
+        if self.wake is not None:
+            try:
+                self.wake(session)
+            except Exception:  # a wake is a hint: streams poll anyway
+                log.exception("the wake of session %r failed", session)
+
+    async def set_metadata(self, session: str, metadata: dict[str, Any]) -> None:
+        """Replace the session's metadata (a JSON object of at most MAX_METADATA bytes)."""
+        await self.store.set_metadata(_session(session), _metadata(metadata))
+
+    async def fork(
+        self,
+        session: str,
+        new: str,
+        *,
+        at: str | None = None,
+        text: str | None = None,
+        id: str | None = None,
+    ) -> tuple[int, Accepted | None]:
+        """Start ``new`` from ``session``'s transcript through message ``at`` (all of it when
+        None); with ``text``, send it to ``new`` then: the conversation goes on from there
+        (resume at a message). How many messages were copied, and the send's answer.
+
+        Nothing but the transcript is copied: the steers and inputs waiting on ``session``
+        stay there. :class:`~steerable.MessageNotFound` when ``at`` is not in the transcript,
+        :class:`~steerable.SessionExists` when ``new`` has anything; the store must be
+        :class:`~steerable.store.Forkable` (every store of steerable is).
+        """
+        old, fresh = _session(session), _session(new)
+        if old == fresh:
+            raise UsageError("a session cannot be forked into itself")
+        through = None if at is None else _id(at)
+        if text is not None:
+            _input("send", text, id)  # checked before anything is written
+        if not isinstance(self.store, Forkable):
+            raise UsageError(f"{type(self.store).__name__} cannot fork a session")
+        copied = await self.store.fork(old, fresh, through=through)
+        sent = None if text is None else await self.send(fresh, text, id=id)
+        return copied, sent
+
+    async def delete(self, session: str) -> bool:
+        """Forget the session: transcript, inputs, turns, events, metadata; True if it had any.
+
+        Refused with :class:`~steerable.SessionBusy` while a turn runs (stop it first); the
+        store must be :class:`~steerable.store.Rewritable` (every store of steerable is).
+        """
+        if not isinstance(self.store, Rewritable):
+            raise UsageError(f"{type(self.store).__name__} cannot delete a session")
+        return await self.store.delete(_session(session))
 
     # -- views ----------------------------------------------------------------------------
 
-    async def status(self, session: str) -> Status:
-        """The running turn, the waiting inputs and the queue length (empty: not an error)."""
-        return await self.store.status(_session(session))
+    async def status(self, session: str, *, limit: int = 100) -> Status:
+        """The running turn, the first ``limit`` waiting inputs and the counts (empty: not
+        an error)."""
+        return await self.store.status(_session(session), limit=_page(limit, "limit"))
+
+    async def inputs(
+        self, session: str, *, after: int = 0, limit: int = 100, state: InputState | None = None
+    ) -> list[InputView]:
+        """Up to ``limit`` inputs after ``seq`` ``after``, in order (only ``state``, if given)."""
+        if state is not None and state not in INPUT_STATES:
+            raise UsageError(f"`state` is one of {INPUT_STATES} or None, not {state!r}")
+        return await self.store.inputs(
+            _session(session), after=_after(after, low=0), limit=_page(limit, "limit"), state=state
+        )
+
+    async def turns(self, session: str, *, after: int = 0, limit: int = 100) -> list[TurnView]:
+        """Up to ``limit`` turns that started, in order, after the prompt ``seq`` ``after``."""
+        return await self.store.turns(
+            _session(session), after=_after(after, low=0), limit=_page(limit, "limit")
+        )
 
     async def input(self, session: str, id: str) -> InputView | None:
         """The input ``id`` and its fate, or None."""
@@ -213,6 +380,24 @@ class Service:
                 return view
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, self.settings.poll, 0.5)
+
+    async def fate(self, session: str, id: str, *, seconds: float) -> InputView | None:
+        """The input ``id`` once its fate is known, or as it is when ``seconds`` have passed.
+
+        Known: taken (by ``turn`` at ``step``), a prompt (its own turn), cancelled, or waiting
+        with no turn offered it (it will be a turn of its own). A steer offered to a turn is
+        still undecided: the turn takes it at its next step, or frees it as it ends.
+        """
+        sid, iid = _session(session), _id(id)
+        deadline = time.monotonic() + _seconds(seconds, "seconds")
+        pause = 0.02
+        while True:
+            view = await self.store.input(sid, iid)
+            left = deadline - time.monotonic()
+            if view is None or not _undecided(view) or left <= 0:
+                return view
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, self.settings.poll, 0.25)
 
     async def transcript(self, session: str, *, after: int = -1, limit: int = 100) -> list[Entry]:
         """Up to ``limit`` messages after position ``after``, each with its turn."""
@@ -237,7 +422,9 @@ class Service:
             raise UsageError("a Service serves turns only with an agent: Service(store, agent)")
         if self.replica is not None:
             raise UsageError("this Service is serving already")
-        replica = Replica(self._core, self.store, self.agent, self.settings, self._live)
+        replica = Replica(
+            self._core, self.store, self.agent, self.settings, self._live, wake=self._wrote
+        )
         self.replica = replica
         task = asyncio.create_task(replica.run())
         task.add_done_callback(_replica_ended)
@@ -252,6 +439,11 @@ class Service:
         """Serve turns until cancelled."""
         async with self.serving():
             await asyncio.Event().wait()
+
+
+def _undecided(view: InputView) -> bool:
+    """Whether an input's fate is still open: waiting, and offered to a turn."""
+    return view.state == "waiting" and view.turn is not None
 
 
 def _replica_ended(task: asyncio.Task[None]) -> None:

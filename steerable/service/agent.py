@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from steerable.errors import UsageError
-from steerable.events import EventSink
+from steerable.events import Event, EventSink, Repaired
 from steerable.messages import Message
-from steerable.models.base import Model
+from steerable.models.base import Model, Usage
 from steerable.runner import Runner
 from steerable.service._failure import Failure
 from steerable.service_store import Input, Outcome
@@ -121,13 +122,28 @@ _STATES: dict[EndReason, Outcome] = {
 }
 
 
+def usage_of(usage: Usage) -> dict[str, int]:
+    """A run's :class:`~steerable.Usage` as an outcome keeps it (``{}`` when no request ran)."""
+    if not usage.requests and not usage.total_tokens:
+        return {}
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "requests": usage.requests,
+    }
+
+
 def outcome_of(result: Result) -> Outcome:
-    """The :class:`Outcome` of a core run's :class:`~steerable.spec.Result`."""
+    """The :class:`Outcome` of a core run's :class:`~steerable.spec.Result`.
+
+    Its usage is the run's: for a turn carried on after a takeover, the part this holder ran.
+    """
     error = None if result.error is None else f"{type(result.error).__name__}: {result.error}"
     state = _STATES[result.reason].state
+    usage = usage_of(result.usage)
     if state == "failed" and result.error is not None:  # the exception, for the server's log
-        return Failure(state, result.output, error, exception=result.error)
-    return Outcome(state, result.output, error)
+        return Failure(state, result.output, error, usage, exception=result.error)
+    return Outcome(state, result.output, error, usage)
 
 
 class ReActAgent:
@@ -166,7 +182,7 @@ class ReActAgent:
         spec = dataclasses.replace(
             self.spec, session=turn.store_session, steers_per_turn=turn.steers_left
         )
-        run = Runner.start(spec, turn.messages, self.model_for(turn.session), turn.events)
+        run = Runner.start(spec, turn.messages, self.model_for(turn.session), _logging(turn))
 
         async def stop_when_asked() -> None:
             await turn.stopped()
@@ -179,3 +195,23 @@ class ReActAgent:
             stopper.cancel()
             await asyncio.gather(stopper, return_exceptions=True)
         return outcome_of(result)
+
+
+_log = logging.getLogger("steerable.service")
+
+
+def _logging(turn: Turn) -> EventSink:
+    """The turn's events to its sink, and a repair of its transcript to the log as well: an
+    operator should know a transcript was mended."""
+    watcher = turn.events
+
+    def sink(event: Event) -> None:
+        if isinstance(event, Repaired):
+            _log.warning(
+                "session %r: turn %r repaired orphaned tool calls from position %d: %s",
+                *(turn.session, turn.id, event.at, "; ".join(event.problems)),
+            )
+        if watcher is not None:
+            watcher(event)
+
+    return sink

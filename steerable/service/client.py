@@ -26,7 +26,12 @@ A problem answer raises a :class:`ServiceError` of the tree below, with the answ
     └── ServiceError     a problem answer, or no answer at all (status None)
         ├── Unauthorized 401: a wrong or missing token
         ├── NotFound     404: the session, turn or input does not exist (for this tenant)
-        └── Conflict     409: the same id again with another text or kind
+        ├── Conflict     409: the same id again with another text or kind; a condition
+        │                     refused (session_not_idle, turn_mismatch), a busy session
+        └── TooMany      429: a full queue, a tenant's rate or streams (``retry_after``)
+
+A 429 is not retried here: the input was not recorded, and sending it again (the same id)
+after ``retry_after`` seconds is safe.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ __all__ = [
     "Sent",
     "ServiceError",
     "Steered",
+    "TooMany",
     "Unauthorized",
 ]
 
@@ -89,10 +95,28 @@ class NotFound(ServiceError):
 
 
 class Conflict(ServiceError):
-    """409: an id the session has seen, sent again with another text or kind."""
+    """409: an id the session has seen, sent again with another text or kind; a send "if
+    idle" to a busy session, a steer for a turn it would not join, a delete while a turn
+    runs, a cancel of an input already answered (the ``code`` says which)."""
 
 
-_ERRORS: dict[int, type[ServiceError]] = {401: Unauthorized, 404: NotFound, 409: Conflict}
+class TooMany(ServiceError):
+    """429: the session's queue is full, or the tenant is over its rate or streams; nothing
+    was recorded. ``retry_after`` is the server's advice, in seconds (None if it gave none)."""
+
+    def __init__(
+        self, status: int | None, code: str, detail: str, retry_after: float | None = None
+    ) -> None:
+        super().__init__(status, code, detail)
+        self.retry_after = retry_after
+
+
+_ERRORS: dict[int, type[ServiceError]] = {
+    401: Unauthorized,
+    404: NotFound,
+    409: Conflict,
+    429: TooMany,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,15 +127,18 @@ class Sent:
     id: str
     turn: str
     state: Literal["started", "queued"]
+    ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Steered:
-    """A steer's answer: ``turn`` is the running turn it was offered to, or None when it
-    will be a turn of its own."""
+    """A steer's answer: ``turn`` is the started turn it was offered to (its next step
+    takes it, unless it ends first), or None when it will be a turn of its own; ``fate``
+    (with ``wait``): ``{state: taken|turn|cancelled|pending, turn, step}``."""
 
     id: str
     turn: str | None
+    fate: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +147,11 @@ class Event:
 
     Durable events (``input``, ``turn_started``, ``holder``, ``step``, ``steers_taken``,
     ``message``, ``stop``, ``turn_ended``) have the store's ``id`` (1, 2, ... per session,
-    the same from every replica). ``delta`` (live text, ``data`` {turn, text}) has ``id``
-    None and is never replayed; ``refetch`` (``data`` {last}) says the id resumed from is
-    beyond the session's last: read the views again, the stream goes on after ``last``.
+    the same from every replica). ``delta`` (live text, ``data`` {turn, text}) and ``tool``
+    (a tool call starting or ending, ``data`` {turn, phase, call, name, arguments or result
+    and error, truncated}) have ``id`` None and are never replayed; ``refetch`` (``data``
+    {last}) says the id resumed from is beyond the session's last: read the views again,
+    the stream goes on after ``last``.
     (The server's ``unavailable``, sent as a stream ends because the store failed, is not
     yielded: :meth:`Client.events` reconnects, as after a drop.)
     """
@@ -222,28 +251,111 @@ class Client:
             attempt += 1
 
     async def _post_input(
-        self, route: str, session: str, text: str, id: str | None
+        self,
+        route: str,
+        session: str,
+        text: str,
+        id: str | None,
+        fields: Mapping[str, Any],
+        params: Mapping[str, Any] | None = None,
+        seconds: float | None = None,
     ) -> dict[str, Any]:
         id = new_id() if id is None else id
         # The body's id is the input's; the key repeats it where a header can carry it.
         key = isinstance(id, str) and id.isascii() and id.isprintable() and id.strip() == id
+        body = {"text": text, "id": id, **{k: v for k, v in fields.items() if v is not None}}
         answer: dict[str, Any] = await self._request(
             "POST",
             f"{_session(session)}/{route}",
-            body={"text": text, "id": id},
+            body=body,
+            params=params,
             headers={"Idempotency-Key": id} if key else None,
+            seconds=seconds,
         )
         return answer
 
-    async def send(self, session: str, text: str, *, id: str | None = None) -> Sent:
-        """Queue ``text`` as a turn of its own (it starts now when no turn runs)."""
-        answer = await self._post_input("messages", session, text, id)
-        return Sent(answer["id"], answer["turn"], answer["state"])
+    async def send(
+        self,
+        session: str,
+        text: str,
+        *,
+        id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        if_idle: bool = False,
+    ) -> Sent:
+        """Queue ``text`` as a turn of its own (it starts now when no turn runs).
 
-    async def steer(self, session: str, text: str, *, id: str | None = None) -> Steered:
-        """Offer ``text`` to the running turn's next step; ``turn`` None: a turn of its own."""
-        answer = await self._post_input("steers", session, text, id)
-        return Steered(answer["id"], answer.get("turn"))
+        ``if_idle``: only if no turn runs and no input waits, else :class:`Conflict`
+        (``session_not_idle``) and nothing is sent.
+        """
+        fields = {"metadata": metadata, "if_idle": if_idle or None}
+        answer = await self._post_input("messages", session, text, id, fields)
+        return Sent(answer["id"], answer["turn"], answer["state"], answer.get("ahead", 0))
+
+    async def steer(
+        self,
+        session: str,
+        text: str,
+        *,
+        id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        expected_turn: str | None = None,
+        wait: float | None = None,
+    ) -> Steered:
+        """Offer ``text`` to the started turn's next step; ``turn`` None: a turn of its own.
+
+        ``expected_turn``: only if it joins that turn, else :class:`Conflict`
+        (``turn_mismatch``). ``wait``: the answer waits (up to 60 s) for the steer's fate.
+        """
+        fields = {"metadata": metadata, "expected_turn": expected_turn}
+        answer = await self._post_input(
+            "steers",
+            session,
+            text,
+            id,
+            fields,
+            params={"wait": wait},
+            seconds=self.timeout + (wait or 0),
+        )
+        return Steered(answer["id"], answer.get("turn"), answer.get("fate"))
+
+    async def cancel(self, session: str, id: str) -> dict[str, Any]:
+        """Take back the waiting input ``id``; its view (``state`` cancelled). One already
+        taken, or a turn of its own, is :class:`Conflict` (``input_not_waiting``)."""
+        answer: dict[str, Any] = await self._request(
+            "DELETE", f"{_session(session)}/inputs/{quote(id, safe='')}"
+        )
+        return answer
+
+    async def set_metadata(self, session: str, metadata: dict[str, Any]) -> None:
+        """Replace the session's metadata (a JSON object of at most 16 KB)."""
+        await self._request("PUT", f"{_session(session)}/metadata", body={"metadata": metadata})
+
+    async def fork(
+        self,
+        session: str,
+        new: str,
+        *,
+        at: str | None = None,
+        text: str | None = None,
+        id: str | None = None,
+    ) -> dict[str, Any]:
+        """Start ``new`` from ``session``'s transcript through message ``at`` (all of it when
+        None); with ``text``, send it there (resume at a message): ``{session, messages,
+        sent}``. :class:`NotFound` (``message_not_found``), :class:`Conflict`
+        (``session_exists``)."""
+        body = {"session": new, "at": at, "text": text}
+        if text is not None:
+            body["id"] = new_id() if id is None else id  # a retried fork sends the text once
+        answer: dict[str, Any] = await self._request(
+            "POST", f"{_session(session)}/fork", body={k: v for k, v in body.items() if v}
+        )
+        return answer
+
+    async def delete(self, session: str) -> None:
+        """Delete the session and all it holds; :class:`Conflict` (``session_busy``) while
+        a turn runs (stop it first), :class:`NotFound` when there is no such session."""
+        await self._request("DELETE", _session(session))
 
     async def stop(self, session: str) -> str | None:
         """Stop the session's running turn; its id, or None when none runs."""
@@ -254,8 +366,34 @@ class Client:
         return turn
 
     async def status(self, session: str) -> dict[str, Any]:
-        """``{session, turn, waiting, queued}``: the running turn, waiting inputs, queue."""
+        """``{session, turn, waiting, waiting_total, waiting_next, queued, metadata}``: the
+        running turn, the first waiting inputs (page the rest with :meth:`inputs`), counts."""
         answer: dict[str, Any] = await self._request("GET", _session(session))
+        return answer
+
+    async def inputs(
+        self,
+        session: str,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        state: str | None = None,
+    ) -> dict[str, Any]:
+        """One page of the session's inputs by seq: ``{inputs: [...], next}``."""
+        answer: dict[str, Any] = await self._request(
+            "GET",
+            f"{_session(session)}/inputs",
+            params={"after": after, "limit": limit, "state": state},
+        )
+        return answer
+
+    async def turns(
+        self, session: str, *, after: int | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """One page of the turns that started, in order: ``{turns: [...], next}``."""
+        answer: dict[str, Any] = await self._request(
+            "GET", f"{_session(session)}/turns", params={"after": after, "limit": limit}
+        )
         return answer
 
     async def sessions(
@@ -467,4 +605,13 @@ def _answer(response: httpx.Response) -> Any:
     code = str(problem.get("code") or "http_error")
     detail = str(problem.get("detail") or problem.get("title") or response.reason_phrase)
     error = _ERRORS.get(response.status_code, ServiceError)
+    if error is TooMany:
+        raise TooMany(response.status_code, code, detail, _seconds(response))
     raise error(response.status_code, code, detail)
+
+
+def _seconds(response: httpx.Response) -> float | None:
+    try:
+        return float(response.headers.get("retry-after", ""))
+    except ValueError:
+        return None

@@ -13,18 +13,21 @@ from starlette.middleware.cors import CORSMiddleware
 from steerable.errors import UsageError
 from steerable.service import Service
 from steerable.service._service import MAX_TEXT
+from steerable.service.http._console import add_console
+from steerable.service.http._context import Context, known_query
 from steerable.service.http._edge import HeadAsGet, TrailingSlash, check_origins, cors_options
-from steerable.service.http._live import LiveFeed, LocalLive
+from steerable.service.http._limits import BodyTimeout, Limits, TenantLimits
+from steerable.service.http._live import LiveFeed, LocalLive, Waking
 from steerable.service.http._problems import (
     BearerGate,
     BodyLimit,
     check_tokens,
     install_handlers,
 )
-from steerable.service.http._routes import Context, add_routes, known_query
+from steerable.service.http._routes import add_routes
 from steerable.service.http._schema import refine_schema, sid_room
 
-__all__ = ["MAX_BODY", "create_app", "live_feed"]
+__all__ = ["MAX_BODY", "Limits", "create_app", "live_feed"]
 
 MAX_BODY = MAX_TEXT + 100_000
 """The default bound of a request body: the longest text, escaped a little, and the rest."""
@@ -59,20 +62,30 @@ def create_app(
     poll: float = 0.5,
     max_body: int = MAX_BODY,
     cors_origins: Sequence[str] = (),
+    limits: Limits | None = None,
+    body_timeout: float = 30.0,
 ) -> FastAPI:
     """The HTTP API over ``service``, as a FastAPI app.
 
     ``tokens`` maps bearer tokens to tenant names; without it the app serves one tenant,
     ``default``, with no auth (refused when ``allow_tenantless`` is False). ``live`` is where
     the event streams read text deltas from: give the same feed's ``sink`` to the Service
-    as ``live=`` (:func:`live_feed` picks one for a store). While the app runs (its lifespan)
-    it enters the feed and, with ``serve`` and an agent, serves turns too
+    as ``live=`` (:func:`live_feed` picks one for a store); the app gives the service the
+    feed's ``wake`` too (unless it has one), so the streams read new events at once.
+    While the app runs (its lifespan) it enters the feed and, with ``serve`` and an agent,
+    serves turns too
     (``service.serving()``). Event streams send a keep-alive comment after ``keepalive``
     seconds of silence and read the store at most ``poll`` seconds apart. A request body
     over ``max_body`` bytes is 413 ``too_large``, refused before the rest of it is read.
     ``cors_origins`` lists the origins (``https://app.example``; ``["*"]``: any) whose pages
     may call the API from a browser; none by default (CORS off). HEAD is answered wherever
     GET is, and a path with a trailing slash is redirected (307) to the one without.
+    ``limits`` bounds each tenant's inputs a second and open event streams, counted in this
+    process (429 with ``Retry-After`` beyond them; by default no rate and 100 streams); a
+    request body that stalls for ``body_timeout`` seconds is 408. Every answer that lists
+    (status, transcript, inputs) stops at about 4 MB of text and says where to go on.
+    The web console (docs/console.md) is served at ``/console``: a page whose script calls
+    this API with the token its user types.
     """
     if not isinstance(service, Service):
         raise UsageError(f"create_app takes a steerable.service.Service, not {service!r}")
@@ -81,9 +94,21 @@ def create_app(
     feed = LocalLive() if live is None else live
     if not isinstance(feed, LiveFeed):
         raise UsageError(f"`live` has no sink, subscribe and running: {live!r}")
+    if service.wake is None and isinstance(feed, Waking):
+        service.wake = feed.wake  # the service's writes wake the streams that show them
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 1:
         raise UsageError(f"`max_body` is a number of bytes > 0, not {max_body!r}")
-    context = Context(service, feed, _positive(keepalive, "keepalive"), _positive(poll, "poll"))
+    bounds = Limits() if limits is None else limits
+    if not isinstance(bounds, Limits):
+        raise UsageError(f"`limits` is a steerable.service.http.Limits, not {limits!r}")
+    context = Context(
+        service,
+        feed,
+        _positive(keepalive, "keepalive"),
+        _positive(poll, "poll"),
+        TenantLimits(bounds),
+    )
+    read_timeout = _positive(body_timeout, "body_timeout")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -105,7 +130,9 @@ def create_app(
     app.state.live = feed
     install_handlers(app)
     add_routes(app, context, bearer=bool(checked))
+    add_console(app)
     app.add_middleware(BodyLimit, max_body=max_body)  # inside the gate: 401 comes first
+    app.add_middleware(BodyTimeout, seconds=read_timeout)  # outside BodyLimit, which reads
     app.add_middleware(BearerGate, tokens=checked)
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrailingSlash)

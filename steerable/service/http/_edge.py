@@ -52,7 +52,7 @@ def cors_options(origins: list[str]) -> dict[str, Any]:
     there, outside the token gate (a browser's preflight carries no token)."""
     return {
         "allow_origins": origins,
-        "allow_methods": ["GET", "HEAD", "POST"],
+        "allow_methods": ["GET", "HEAD", "POST", "PUT", "DELETE"],
         "allow_headers": CORS_HEADERS,
         "expose_headers": _EXPOSED,
         "max_age": 600,

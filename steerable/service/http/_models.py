@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, Field
 
 from steerable.messages import Message, Native, Part, Reasoning, Text, ToolCall, ToolResult
-from steerable.service._service import MAX_ID, MAX_TEXT
 from steerable.service_store import (
     Entry,
     InputView,
@@ -20,97 +18,61 @@ from steerable.service_store import (
 
 __all__ = [
     "EventOut",
+    "FateOut",
+    "Forked",
     "InputOut",
+    "InputsPage",
     "MessageOut",
-    "SendBody",
+    "MetadataOut",
     "Sent",
     "SessionOut",
     "SessionsPage",
     "StatusOut",
-    "SteerBody",
     "Steered",
-    "StopBody",
     "Stopped",
     "TranscriptPage",
     "TurnOut",
+    "TurnsPage",
     "event_out",
+    "fate_out",
     "input_out",
     "message_out",
     "session_out",
     "turn_out",
 ]
 
-NO_NUL = r"^[^\x00]+$"
-"""The pattern of an id in the schema: no NUL (the stores cannot all hold it)."""
-TEXT = r"^[^\x00]*[^\x00\s][^\x00]*$"
-"""The pattern of an input's text in the schema: no NUL, and not only whitespace (``\\s`` as
-Python's ``re`` reads it: what ``str.strip`` removes, which is what the service checks)."""
+from steerable.service.http._bodies import NO_NUL, TEXT
 
-_BODY = ConfigDict(extra="forbid")  # an unknown field is refused, never dropped unread
-
-
-class SendBody(BaseModel):
-    """A message to send (or a steer): its text, and its id if the client names it."""
-
-    model_config = _BODY
-    text: Annotated[
-        str,
-        Field(
-            min_length=1,
-            description="at most 1,000,000 bytes of UTF-8; no NUL; not only whitespace",
-            json_schema_extra={"pattern": TEXT},
-        ),
-    ]
-    id: (
-        Annotated[
-            str, Field(min_length=1, max_length=MAX_ID, json_schema_extra={"pattern": NO_NUL})
-        ]
-        | None
-    ) = None
-
-    @field_validator("text")
-    @classmethod
-    def _text(cls, text: str) -> str:
-        # the service's own rules, checked here so the answer names the field and the rule
-        if "\x00" in text:
-            raise PydanticCustomError("nul", "holds NUL, which no input may")
-        if not text.strip():
-            raise PydanticCustomError("blank", "is only whitespace")
-        if len(text.encode("utf-8")) > MAX_TEXT:
-            raise PydanticCustomError("too_long", f"is over {MAX_TEXT:,} bytes of UTF-8")
-        return text
-
-    @field_validator("id")
-    @classmethod
-    def _id(cls, id: str | None) -> str | None:
-        if id is not None and "\x00" in id:
-            raise PydanticCustomError("nul", "holds NUL, which no id may")
-        return id
-
-
-class SteerBody(SendBody):
-    """A steer: offered to the running turn's next step."""
-
-
-class StopBody(BaseModel):
-    """Stop takes no fields."""
-
-    model_config = _BODY
+__all__ += ["NO_NUL", "TEXT"]
 
 
 class Sent(BaseModel):
-    """A send accepted: ``turn`` is the input's own id (a turn is named by its prompt)."""
+    """A send accepted: ``turn`` is the input's own id (a turn is named by its prompt);
+    ``ahead`` the turns before it."""
 
     id: str
     turn: str
     state: Literal["started", "queued"]
+    ahead: int
+
+
+class FateOut(BaseModel):
+    """Where a steer went: ``taken`` by ``turn`` at ``step``; ``turn``: it is a turn of its
+    own (``turn`` is its id; queued or started); ``cancelled``; ``pending``: still offered to
+    ``turn``, which has not reached its next step (the wait ran out first)."""
+
+    state: Literal["taken", "turn", "cancelled", "pending"]
+    turn: str | None
+    step: int | None
 
 
 class Steered(BaseModel):
-    """A steer accepted: the running turn it was offered to, or null (a turn of its own)."""
+    """A steer accepted: the started turn it was offered to (its next step takes it, unless
+    the turn ends first), or null (a turn of its own); ``fate`` when the request waited."""
 
     id: str
     turn: str | None
+    fate: FateOut | None = None
 
 
 class Stopped(BaseModel):
@@ -134,28 +96,53 @@ class TurnOut(BaseModel):
     end: int | None = None
     error: str | None = None
     output: str | None = None
+    seq: int
+    started_at: float | None
+    ended_at: float | None
+    usage: dict[str, int]
+
+
+class TurnsPage(BaseModel):
+    """A page of a session's turns, in order; ``next`` is the ``after`` of the next page."""
+
+    turns: list[TurnOut]
+    next: int | None
 
 
 class InputOut(BaseModel):
-    """An input and its fate: ``waiting``, ``taken`` (by ``turn`` at ``step``), ``turn`` (it
-    is the prompt of ``turn``)."""
+    """An input and its fate: ``waiting`` (offered to ``turn``, or to be a turn of its own),
+    ``taken`` (by ``turn`` at ``step``), ``turn`` (it is the prompt of ``turn``),
+    ``cancelled``; ``at`` its arrival (seconds since the Unix epoch)."""
 
     id: str
     kind: Literal["send", "steer"]
     text: str
     seq: int
-    state: Literal["waiting", "taken", "turn"]
+    state: Literal["waiting", "taken", "turn", "cancelled"]
     turn: str | None
     step: int | None
+    at: float
+    metadata: dict[str, Any]
+
+
+class InputsPage(BaseModel):
+    """A page of a session's inputs by ``seq``; ``next`` is the ``after`` of the next page."""
+
+    inputs: list[InputOut]
+    next: int | None
 
 
 class StatusOut(BaseModel):
-    """A session now."""
+    """A session now: its running turn, the first inputs waiting (``waiting_next``: page
+    the rest with ``GET .../inputs?state=waiting&after=``), the counts, its metadata."""
 
     session: str
     turn: TurnOut | None
     waiting: list[InputOut]
+    waiting_total: int
+    waiting_next: int | None
     queued: int
+    metadata: dict[str, Any]
 
 
 class SessionOut(BaseModel):
@@ -166,6 +153,21 @@ class SessionOut(BaseModel):
     turn: str | None
     queued: int
     updated_at: float
+    metadata: dict[str, Any]
+
+
+class Forked(BaseModel):
+    """A fork made: the new session, how many messages it holds, and the send's answer."""
+
+    session: str
+    messages: int
+    sent: Sent | None
+
+
+class MetadataOut(BaseModel):
+    """A session's metadata."""
+
+    metadata: dict[str, Any]
 
 
 class SessionsPage(BaseModel):
@@ -235,6 +237,7 @@ class MessageOut(BaseModel):
     steered: bool
     role: Literal["user", "assistant"]
     parts: list[PartOut]
+    at: float | None
 
 
 class TranscriptPage(BaseModel):
@@ -269,6 +272,10 @@ def turn_out(view: TurnView, *, output: bool = False) -> TurnOut:
         end=view.end,
         error=view.error,
         output=view.text if output else None,
+        seq=view.seq,
+        started_at=view.started_at,
+        ended_at=view.ended_at,
+        usage=view.usage,
     )
 
 
@@ -282,16 +289,33 @@ def input_out(view: InputView) -> InputOut:
         state="turn" if view.state == "prompt" else view.state,
         turn=view.turn,
         step=view.step,
+        at=view.at,
+        metadata=view.metadata,
     )
 
 
-def status_out(sid: str, status: Status) -> StatusOut:
-    """The answer for a session's status, under its public id."""
+def fate_out(view: InputView) -> FateOut:
+    """Where an input went, as far as is known."""
+    if view.state == "taken":
+        return FateOut(state="taken", turn=view.turn, step=view.step)
+    if view.state == "cancelled":
+        return FateOut(state="cancelled", turn=None, step=None)
+    if view.state == "waiting" and view.turn is not None:
+        return FateOut(state="pending", turn=view.turn, step=None)
+    return FateOut(state="turn", turn=view.id, step=None)
+
+
+def status_out(sid: str, status: Status, waiting: list[InputOut]) -> StatusOut:
+    """The answer for a session's status, under its public id, with the ``waiting`` kept."""
+    more = len(waiting) < status.waiting_total
     return StatusOut(
         session=sid,
         turn=None if status.turn is None else turn_out(status.turn),
-        waiting=[input_out(v) for v in status.waiting],
+        waiting=waiting,
+        waiting_total=status.waiting_total,
+        waiting_next=(waiting[-1].seq if waiting else 0) if more else None,
         queued=status.queued,
+        metadata=status.metadata,
     )
 
 
@@ -303,6 +327,7 @@ def session_out(summary: SessionSummary, prefix: str) -> SessionOut:
         turn=summary.turn,
         queued=summary.queued,
         updated_at=summary.updated_at,
+        metadata=summary.metadata,
     )
 
 
@@ -331,6 +356,7 @@ def message_out(entry: Entry) -> MessageOut:
         steered=message.steered,
         role=message.role,
         parts=[_part(p) for p in message.parts],
+        at=entry.at,
     )
 
 

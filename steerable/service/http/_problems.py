@@ -20,7 +20,14 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from steerable.errors import StoreUnavailable, UsageError
+from steerable.errors import (
+    QueueFull,
+    SessionBusy,
+    SessionNotIdle,
+    StoreUnavailable,
+    TurnMismatch,
+    UsageError,
+)
 
 __all__ = [
     "PROBLEM",
@@ -45,10 +52,12 @@ _TITLES = {
     401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -57,10 +66,12 @@ _CODES = {
     401: "unauthorized",
     404: "not_found",
     405: "method_not_allowed",
+    408: "body_timeout",
     409: "conflict",
     413: "too_large",
     415: "unsupported_media_type",
     422: "invalid_request",
+    429: "too_many_requests",
     500: "internal_error",
     503: "store_unavailable",
 }
@@ -188,6 +199,23 @@ def install_handlers(app: FastAPI) -> None:
         log.error("unexpected error on %s", request.url.path, exc_info=exc)
         return problem(500, "internal_error", "an unexpected error; see the server's log")
 
+    async def refused(request: Request, exc: Exception) -> JSONResponse:
+        # the store's refusals, in words that quote no id (ids are the caller's text)
+        if isinstance(exc, SessionNotIdle):
+            what = "a turn is running" if exc.turn else f"{exc.waiting} input(s) wait"
+            return problem(409, "session_not_idle", f"the session is not idle ({what})")
+        if isinstance(exc, TurnMismatch):
+            now = "another turn takes steers now" if exc.offered else "no turn takes steers now"
+            detail = f"the steer would not join its expected turn ({now})"
+            return problem(409, "turn_mismatch", detail)
+        if isinstance(exc, QueueFull):
+            detail = f"the session has {exc.limit} inputs waiting, its most; try again later"
+            return problem(429, "queue_full", detail, {"Retry-After": "2"})
+        assert isinstance(exc, SessionBusy)
+        return problem(409, "session_busy", "a turn is running on the session; stop it first")
+
+    for refusal in (SessionNotIdle, TurnMismatch, QueueFull, SessionBusy):
+        app.add_exception_handler(refusal, refused)
     app.add_exception_handler(ProblemError, ours)
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(UsageError, usage)

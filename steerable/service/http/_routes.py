@@ -2,124 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import FastAPI, Header, Path, Query, Request
-from fastapi.dependencies.models import Dependant
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from steerable.service import Service
 from steerable.service._service import MAX_ID, MAX_PAGE
+from steerable.service.http import _bodies as b
 from steerable.service.http import _models as m
-from steerable.service.http._live import LiveFeed
-from steerable.service.http._problems import (
-    Problem,
-    ProblemError,
-    field_name,
-    problem,
-    tenant_of,
+from steerable.service.http._context import (
+    MAX_AFTER,
+    MAX_WAIT,
+    Context,
+    Id,
+    Key,
+    Sid,
+    problems,
 )
+from steerable.service.http._lifecycle import add_lifecycle
+from steerable.service.http._limits import (
+    fitting,
+    input_size,
+    message_size,
+    read_within_budget,
+)
+from steerable.service.http._problems import Problem, ProblemError, problem, tenant_of
 from steerable.service.http._sse import stream
-from steerable.service_store import Accepted, InputKind
 
-__all__ = ["Context", "add_routes", "known_query"]
+__all__ = ["SSE", "add_routes"]
 
-MAX_AFTER = 2**62 - 1
-"""The largest ``after`` a route takes: the stores' positions and event ids stay below 2^62."""
-MAX_WAIT = 60.0
-
-
-def _problems(bearer: bool, *statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The problems a route documents: 401 only when the app has tokens."""
-    listed = (*((401,) if bearer else ()), 422, 503, *statuses)
-    return {s: {"model": Problem, "description": "a problem"} for s in listed}
-
-
-Sid = Annotated[
-    str, Path(min_length=1, max_length=MAX_ID, pattern=m.NO_NUL, description="the session's id")
-]
-Id = Annotated[str, Path(min_length=1, max_length=MAX_ID, pattern=m.NO_NUL)]
-Key = Annotated[
-    str | None,
-    Header(alias="Idempotency-Key", min_length=1, max_length=MAX_ID, description="the input id"),
-]
-
-
-def _query_names(dependant: Dependant) -> set[str]:
-    names = {field.alias for field in dependant.query_params}
-    for inner in dependant.dependencies:
-        names |= _query_names(inner)
-    return names
-
-
-async def known_query(request: Request) -> None:
-    """422 for a query parameter the route does not take: refused, as an unknown body field
-    is, rather than dropped unread (a misspelt ``limt=5`` would silently be 100)."""
-    dependant: Dependant | None = getattr(request.scope.get("route"), "dependant", None)
-    known = set() if dependant is None else _query_names(dependant)
-    for name in request.query_params:
-        if name not in known:
-            raise ProblemError(
-                422,
-                "invalid_request",
-                f"query.{field_name(name)}: is not a parameter of this route"
-                " (unknown parameters are refused)",
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What the routes share: the service, the live feed, the stream's settings."""
-
-    service: Service
-    live: LiveFeed
-    keepalive: float
-    poll: float
-
-    def session(self, request: Request, sid: str) -> str:
-        """The store's id of the tenant's session ``sid``; 422 when it cannot be one."""
-        tenant = tenant_of(request)
-        room = MAX_ID - len(tenant) - 1
-        if len(sid) > room:
-            raise ProblemError(
-                422, "invalid_request", f"a session id has at most {room} characters here"
-            )
-        if "\x00" in sid:
-            raise ProblemError(422, "invalid_request", "a session id has no NUL")
-        return f"{tenant}/{sid}"
-
-    async def exists(self, session: str) -> bool:
-        """Whether the session had an input or a transcript."""
-        service = self.service
-        if await service.events(session, after=0, limit=1):
-            return True
-        return bool(await service.transcript(session, limit=1))
-
-    async def known(self, session: str) -> None:
-        """404 ``session_not_found`` unless the session exists."""
-        if not await self.exists(session):
-            raise ProblemError(404, "session_not_found", "no such session")
-
-    async def accept(
-        self, session: str, kind: InputKind, body: m.SendBody, key: str | None
-    ) -> Accepted:
-        """Send or steer ``body``, idempotently: the same id with another body is 409."""
-        if body.id is not None and key is not None and body.id != key:
-            # 409, not 422: each is valid alone, and together they name two inputs
-            raise ProblemError(
-                409, "idempotency_conflict", "the body's id and the Idempotency-Key differ"
-            )
-        id = body.id if body.id is not None else key
-        verb = self.service.send if kind == "send" else self.service.steer
-        accepted = await verb(session, body.text, id=id)
-        if accepted.duplicate:
-            first = await self.service.input(session, accepted.id)
-            if accepted.kind != kind or (first is not None and first.text != body.text):
-                raise ProblemError(
-                    409, "idempotency_conflict", "this id was used with another body"
-                )
-        return accepted
+STATUS_WAITING = 20
+"""The most waiting inputs a status answer lists (page the rest with ``GET .../inputs``)."""
 
 
 def add_routes(app: FastAPI, context: Context, *, bearer: bool) -> None:
@@ -129,6 +44,7 @@ def add_routes(app: FastAPI, context: Context, *, bearer: bool) -> None:
     _sessions(app, context, bearer)
     _history(app, context, bearer)
     _events(app, context, bearer)
+    add_lifecycle(app, context, bearer=bearer)
 
 
 def _health(app: FastAPI, context: Context) -> None:
@@ -162,38 +78,58 @@ def _inputs(app: FastAPI, context: Context, bearer: bool) -> None:
         operation_id="send",
         status_code=202,
         response_model=m.Sent,
-        responses=_problems(bearer, 409, 413),
+        responses=problems(bearer, 408, 409, 413, 429),
         tags=["inputs"],
     )
-    async def send(request: Request, sid: Sid, body: m.SendBody, key: Key = None) -> m.Sent:
-        """Send a message: a turn of its own, started now or queued behind the running one."""
-        accepted = await context.accept(context.session(request, sid), "send", body, key)
+    async def send(request: Request, sid: Sid, body: b.SendBody, key: Key = None) -> m.Sent:
+        """Send a message: a turn of its own, started now or queued behind the running one.
+
+        ``if_idle``: refused (409 ``session_not_idle``) unless no turn runs and no input
+        waits. A session with its most inputs waiting answers 429 ``queue_full``.
+        """
+        _, accepted = await context.accept(request, sid, body, key)
         state: Literal["started", "queued"] = "started" if accepted.ahead == 0 else "queued"
-        return m.Sent(id=accepted.id, turn=accepted.id, state=state)
+        return m.Sent(id=accepted.id, turn=accepted.id, state=state, ahead=accepted.ahead)
 
     @app.post(
         "/v1/sessions/{sid}/steers",
         operation_id="steer",
         status_code=202,
         response_model=m.Steered,
-        responses=_problems(bearer, 409, 413),
+        responses=problems(bearer, 408, 409, 413, 429),
         tags=["inputs"],
     )
-    async def steer(request: Request, sid: Sid, body: m.SteerBody, key: Key = None) -> m.Steered:
-        """Steer: offered to the running turn's next step (``turn``), else a turn of its own."""
-        accepted = await context.accept(context.session(request, sid), "steer", body, key)
-        return m.Steered(id=accepted.id, turn=accepted.turn)
+    async def steer(
+        request: Request,
+        sid: Sid,
+        body: b.SteerBody,
+        key: Key = None,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT, allow_inf_nan=False)] = 0,
+    ) -> m.Steered:
+        """Steer: offered to the started turn (``turn``), else a turn of its own (null).
+
+        The started turn is the running one, or the one about to start; it takes the steer at
+        its next step, unless it ends first (its answer was being written): then the steer is
+        a turn of its own. ``wait`` seconds (up to 60): the answer waits for that ``fate``.
+        ``expected_turn``: refused (409 ``turn_mismatch``) unless the steer joins that turn.
+        """
+        session, accepted = await context.accept(request, sid, body, key)
+        fate = None
+        if wait > 0:
+            view = await service.fate(session, accepted.id, seconds=wait)
+            fate = None if view is None else m.fate_out(view)
+        return m.Steered(id=accepted.id, turn=accepted.turn, fate=fate)
 
     @app.post(
         "/v1/sessions/{sid}/stop",
         operation_id="stop",
         status_code=202,
         response_model=m.Stopped,
-        responses=_problems(bearer, 404, 413),
+        responses=problems(bearer, 404, 408, 413),
         tags=["inputs"],
     )
     async def stop(
-        request: Request, sid: Sid, body: m.StopBody | None = None, key: Key = None
+        request: Request, sid: Sid, body: b.StopBody | None = None, key: Key = None
     ) -> m.Stopped:
         """Stop the running turn, from any replica (idempotent: the key is accepted)."""
         session = context.session(request, sid)
@@ -211,7 +147,7 @@ def _sessions(app: FastAPI, context: Context, bearer: bool) -> None:
         "/v1/sessions",
         operation_id="list_sessions",
         response_model=m.SessionsPage,
-        responses=_problems(bearer),
+        responses=problems(bearer),
         tags=["views"],
     )
     async def sessions(
@@ -233,16 +169,18 @@ def _sessions(app: FastAPI, context: Context, bearer: bool) -> None:
         "/v1/sessions/{sid}",
         operation_id="get_status",
         response_model=m.StatusOut,
-        responses=_problems(bearer, 404),
+        responses=problems(bearer, 404),
         tags=["views"],
     )
     async def status(request: Request, sid: Sid) -> m.StatusOut:
-        """The running turn, the inputs waiting, how many wait to be turns."""
+        """The running turn, the first inputs waiting (up to 20, and about 4 MB of text:
+        ``waiting_next`` pages the rest), the counts and the session's metadata."""
         session = context.session(request, sid)
-        now = await service.status(session)
-        if now.turn is None and not now.waiting and not now.queued:
+        now = await service.status(session, limit=STATUS_WAITING)
+        if now.turn is None and not now.waiting_total and not now.metadata:
             await context.known(session)
-        return m.status_out(sid, now)
+        waiting = [m.input_out(v) for v in fitting(now.waiting, input_size)]
+        return m.status_out(sid, now, waiting)
 
 
 def _history(app: FastAPI, context: Context, bearer: bool) -> None:
@@ -253,7 +191,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
         "/v1/sessions/{sid}/transcript",
         operation_id="get_transcript",
         response_model=m.TranscriptPage,
-        responses=_problems(bearer, 404),
+        responses=problems(bearer, 404),
         tags=["views"],
     )
     async def transcript(
@@ -262,19 +200,27 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
         after: Annotated[int, Query(ge=-1, le=MAX_AFTER)] = -1,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     ) -> m.TranscriptPage:
-        """The messages after position ``after``, each with its turn; page with ``next``."""
+        """The messages after position ``after``, each with its turn; page with ``next``
+        (a page stops at ``limit`` messages or about 4 MB of text, whichever comes first)."""
         session = context.session(request, sid)
-        entries = await service.transcript(session, after=after, limit=limit)
+        entries, more = await read_within_budget(
+            lambda start, count: service.transcript(session, after=start, limit=count),
+            after=after,
+            limit=limit,
+            chunk=50,
+            size=lambda entry: message_size(entry.message),
+            key=lambda entry: entry.position,
+        )
         if not entries:
             await context.known(session)
         out = [m.message_out(e) for e in entries]
-        return m.TranscriptPage(messages=out, next=out[-1].position if len(out) == limit else None)
+        return m.TranscriptPage(messages=out, next=out[-1].position if more else None)
 
     @app.get(
         "/v1/sessions/{sid}/turns/{tid}",
         operation_id="get_turn",
         response_model=m.TurnOut,
-        responses=_problems(bearer, 404),
+        responses=problems(bearer, 404),
         tags=["views"],
     )
     async def turn(
@@ -297,7 +243,7 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
         "/v1/sessions/{sid}/inputs/{id}",
         operation_id="get_input",
         response_model=m.InputOut,
-        responses=_problems(bearer, 404),
+        responses=problems(bearer, 404),
         tags=["views"],
     )
     async def input(request: Request, sid: Sid, id: Id) -> m.InputOut:
@@ -311,15 +257,26 @@ def _history(app: FastAPI, context: Context, bearer: bool) -> None:
 _FRAME = {  # one SSE event (OpenAPI 3.2's itemSchema; also the schema, for 3.1 tools)
     "type": "object",
     "properties": {
-        "event": {"type": "string", "description": "the kind, or delta, refetch, unavailable"},
-        "id": {"type": "string", "description": "the durable event's id (none on a delta)"},
-        "data": {"type": "string", "contentMediaType": "application/json"},
+        "event": {
+            "type": "string",
+            "description": "the kind, or delta, tool, refetch, unavailable",
+            "examples": ["turn_started", "message", "delta", "tool", "refetch"],
+        },
+        "id": {"type": "string", "description": "the durable event's id (none on delta, tool)"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "a durable event {id, kind, turn, data, at}; a delta {turn, text};"
+            " a tool {turn, phase: started, call, name, arguments, truncated} or"
+            " {turn, phase: ended, call, name, result, error, truncated}",
+        },
         "retry": {"type": "integer"},
     },
 }
 SSE: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "Server-Sent Events: durable events (with ids), deltas, keep-alives",
+        "description": "Server-Sent Events: durable events (with ids), live deltas and tool"
+        " calls, keep-alives",
         "content": {"text/event-stream": {"schema": _FRAME, "itemSchema": _FRAME}},
     }
 }
@@ -330,7 +287,7 @@ def _events(app: FastAPI, context: Context, bearer: bool) -> None:
         "/v1/sessions/{sid}/events",
         operation_id="follow_events",
         response_class=StreamingResponse,
-        responses={**_problems(bearer, 404), **SSE},
+        responses={**problems(bearer, 404, 429), **SSE},
         tags=["events"],
     )
     async def events(
@@ -346,6 +303,7 @@ def _events(app: FastAPI, context: Context, bearer: bool) -> None:
         start = int(last_event_id) if last_event_id is not None else (after or 0)
         start = min(start, MAX_AFTER)  # beyond every event whatever its size: a refetch
         await context.known(session)
+        release = context.limits.hold_stream(tenant_of(request))  # 429 when at its most
         frames = stream(
             context.service,
             context.live,
@@ -354,5 +312,15 @@ def _events(app: FastAPI, context: Context, bearer: bool) -> None:
             keepalive=context.keepalive,
             poll=context.poll,
         )
+
+        async def held() -> AsyncIterator[str]:
+            try:
+                async for frame in frames:
+                    yield frame
+            finally:
+                release()
+
+        body = held()
+        weakref.finalize(body, release)  # a stream never started is released too
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(frames, media_type="text/event-stream", headers=headers)
+        return StreamingResponse(body, media_type="text/event-stream", headers=headers)

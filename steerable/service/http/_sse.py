@@ -3,8 +3,10 @@
 Durable events come from the store with the ids every replica reads alike, so a client that
 reconnects anywhere with ``Last-Event-ID: n`` gets every event after ``n`` once, in order.
 The stream polls the store for them (backing off while nothing happens, at once again when
-a delta shows a turn is writing) and interleaves the live deltas of :class:`LiveFeed`,
-which carry no id: they are never replayed. A comment line keeps idle connections open.
+a live event shows a turn is working, or a wake that events were written) and interleaves
+the live events of :class:`LiveFeed` (text deltas, tool calls' starts and ends), which
+carry no id: they are never replayed. A comment
+line keeps idle connections open.
 """
 
 from __future__ import annotations
@@ -12,16 +14,25 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 
 from steerable.errors import StoreUnavailable
 from steerable.service import Service
 from steerable.service._service import MAX_PAGE
-from steerable.service.http._live import Delta, LiveFeed
+from steerable.service.http._live import Delta, Live, LiveFeed, LiveTool, Subscription, is_wake
 from steerable.service.http._models import event_out
 from steerable.service_store import ServiceEvent
 
-__all__ = ["delta_frame", "event_frame", "last_event", "stream", "unavailable_frame"]
+__all__ = [
+    "delta_frame",
+    "event_frame",
+    "last_event",
+    "live_frame",
+    "stream",
+    "tool_frame",
+    "unavailable_frame",
+]
 
 log = logging.getLogger("steerable.service.http")
 
@@ -46,6 +57,23 @@ def delta_frame(delta: Delta) -> str:
     """A live delta as an SSE frame with no id (ASCII-only JSON, as :func:`event_frame`)."""
     data = json.dumps({"turn": delta.turn, "text": delta.text}, ensure_ascii=True)
     return f"event: delta\ndata: {data}\n\n"
+
+
+def tool_frame(tool: LiveTool) -> str:
+    """A tool call's start or end as an SSE frame with no id (ASCII-only JSON)."""
+    said: dict[str, object] = (
+        {"arguments": tool.text}
+        if tool.phase == "started"
+        else {"result": tool.text, "error": tool.error}
+    )
+    fields = {"turn": tool.turn, "phase": tool.phase, "call": tool.call, "name": tool.name}
+    data = json.dumps({**fields, **said, "truncated": tool.truncated}, ensure_ascii=True)
+    return f"event: tool\ndata: {data}\n\n"
+
+
+def live_frame(item: Live) -> str:
+    """The frame of a live event (not a wake): ``delta`` or ``tool``."""
+    return delta_frame(item) if isinstance(item, Delta) else tool_frame(item)
 
 
 def refetch_frame(last: int) -> str:
@@ -116,35 +144,66 @@ async def _frames(
         if await beyond(service, session, after):
             after = await last_event(service, session)
             yield refetch_frame(after)
+        read = after  # the last event read from the store; those not sent yet are held
+        held: deque[ServiceEvent] = deque()
         pause = FIRST_POLL
         quiet_since = time.monotonic()
         while True:
-            events = await service.events(session, after=after, limit=MAX_PAGE)
-            for event in events:
-                yield event_frame(event)
-                after = event.id
+            events = await service.events(session, after=read, limit=MAX_PAGE)
             if events:
+                held.extend(events)
+                read = events[-1].id
                 pause, quiet_since = FIRST_POLL, time.monotonic()
-                if len(events) == MAX_PAGE:
-                    continue
+            for frame in _release(held, deltas):
+                yield frame
+                quiet_since = time.monotonic()
+            if len(events) == MAX_PAGE:
+                continue
             deadline = time.monotonic() + pause
-            caught_up = False
             while (left := deadline - time.monotonic()) > 0:
                 silent = quiet_since + keepalive - time.monotonic()
                 if silent <= 0:
                     yield ": keep-alive\n\n"
                     quiet_since = time.monotonic()
                     continue
-                delta = await deltas.get(min(left, silent))
-                if delta is not None:
-                    if not caught_up:
-                        # the first delta of a reply follows what its step stored (the tool
-                        # results, the steers taken): send those first, in their order
-                        for event in await service.events(session, after=after, limit=MAX_PAGE):
-                            yield event_frame(event)
-                            after = event.id
-                        caught_up = True
-                    yield delta_frame(delta)
-                    quiet_since = time.monotonic()
-                    pause = FIRST_POLL  # a turn is writing: its events come soon
+                if not await deltas.wait(min(left, silent)):
+                    continue
+                first = deltas.peek()
+                if first is not None and is_wake(first):  # events were written
+                    deltas.pop()
+                    pause = FIRST_POLL
+                    break
+                # a reply is being written or its tools run: what its step stored goes first
+                # (read now), and what was stored after the reply waits for it (held)
+                pause = FIRST_POLL
+                break
             pause = min(pause * 2, poll)
+
+
+def _release(held: deque[ServiceEvent], deltas: Subscription) -> Iterator[str]:
+    """The frames that can go now, in order: the held events before the first waiting live
+    event's reply, then that live event, and so on; the events after a waiting reply (or
+    its tool calls) stay held."""
+    while True:
+        item = deltas.peek()
+        while item is not None and is_wake(item):  # this read has answered it
+            deltas.pop()
+            item = deltas.peek()
+        while held and (item is None or not _after_reply(held[0], item)):
+            yield event_frame(held.popleft())
+        if item is None:
+            return
+        deltas.pop()
+        yield live_frame(item)
+
+
+def _after_reply(event: ServiceEvent, item: Live) -> bool:
+    """Whether ``event`` was stored after the reply ``item`` is a piece (or a call) of."""
+    if item.after is None or event.turn != item.turn:
+        return False
+    data = event.data
+    if event.kind == "message":
+        return bool(data.get("position", -1) >= item.after)
+    if event.kind == "step":
+        return bool(data.get("length", -1) > item.after)
+    return event.kind == "turn_ended"
