@@ -5,6 +5,8 @@
 - :class:`SteeringPlugin`: takes the session's steers before each model call of a run whose
   root is an ``LlmAgent``, puts them after the tool results and keeps them there.
 - :class:`ADKAgent`: an ADK agent as an agent of :mod:`steerable.service`.
+- :func:`journaled`: an ADK tool function whose each call runs once, across crashes and
+  replicas (the tool journal, :mod:`steerable.journal`, under ADK's own call id).
 - :class:`StaleSession`, :class:`SessionNotFound`, :class:`NoUserState`: the service's errors,
   each steerable's and ADK's own at once (see :mod:`._errors`).
 
@@ -22,6 +24,7 @@ except ImportError as exc:
 
 from steerable.integrations.adk._agent import ADKAgent
 from steerable.integrations.adk._errors import NoUserState, SessionNotFound, StaleSession
+from steerable.integrations.adk._journaled import journaled
 from steerable.integrations.adk._plugin import SteeringPlugin
 from steerable.integrations.adk._sessions import SteerableSessionService
 
@@ -32,4 +35,5 @@ __all__ = [
     "StaleSession",
     "SteerableSessionService",
     "SteeringPlugin",
+    "journaled",
 ]

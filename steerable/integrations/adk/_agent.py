@@ -5,36 +5,48 @@ through a :class:`SteerableSessionService` bound to the turn's fenced session, w
 :class:`SteeringPlugin` first among the plugins. A fresh turn gives ADK its prompt as the
 new message (stored under the prompt's id); a turn another holder began (``turn.resumed``,
 its prompt stored) resumes the prompt's own invocation from the stored transcript, so the
-run carries on from its last stored step and takes no steer twice.
+run carries on from its last stored step and takes no steer twice. The turn's session is
+the tool journal's (:func:`~steerable.integrations._journal.journal_session`); a resumed
+turn whose stored reply has calls without responses (its process died in a journaled tool)
+runs in a resumable App, so that ADK runs those stored calls, under their ids, before it
+asks the model anything (see :class:`_ReplayOnly`).
 
 A turn with a live sink (``turn.events``) runs with ADK's SSE streaming and sends each
-piece of the model's text to the sink as a :class:`~steerable.models.base.TextDelta`.
+piece of the model's text to the sink as a :class:`~steerable.models.base.TextDelta`, and
+each tool call's start and end as :class:`~steerable.events.ToolStarted` and
+:class:`~steerable.events.ToolEnded` (see :mod:`._live`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
 import logging
+import warnings
 from collections.abc import Sequence
 
 from google.adk.agents._streaming_mode import StreamingMode  # run_config uses, not exports, it
 from google.adk.agents.base_agent import BaseAgent
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.agents.run_config import RunConfig
-from google.adk.apps import App
+from google.adk.apps import App, ResumabilityConfig
 from google.adk.events.event import Event
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
+from google.adk.sessions.session import Session as AdkSession
 from google.genai import types
 
 from steerable.errors import UsageError
-from steerable.events import EventSink
+from steerable.integrations._journal import journal_session
 from steerable.integrations.adk import _records, _warm
+from steerable.integrations.adk._journaled import noting_answers
+from steerable.integrations.adk._live import Live, LiveTools
 from steerable.integrations.adk._plugin import SteeringPlugin
 from steerable.integrations.adk._sessions import SteerableSessionService
 from steerable.messages import Message, Native
-from steerable.models.base import TextDelta
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
 
@@ -101,34 +113,49 @@ class ADKAgent:
         adopted = service.adopt(
             self.app_name, self.user_id, turn.session, stored, prompt=turn.prompt.id
         )
+        invocation = _invocation_of(stored, turn.prompt.id, self.agent.name)
+        # a reply stored with its calls unanswered (the process died in a tool): ADK runs
+        # those calls (the same ids) before it asks the model anything, in a resumable App
+        replay = invocation is not None and _calls_open(adopted)
+        live = None if turn.events is None else Live(turn.events)
         app = App(
             name=self.app_name,
             root_agent=self.agent,
-            plugins=[SteeringPlugin(service), *self.plugins],
+            plugins=[
+                SteeringPlugin(service),
+                *([LiveTools(live, service)] if live is not None else []),
+                *([_ReplayOnly()] if replay else []),
+                *self.plugins,
+            ],
+            resumability_config=_resumable() if replay else None,
         )
         runner = Runner(app=app, session_service=service)
-        invocation = _invocation_of(stored, turn.prompt.id, self.agent.name)
         new_message = None
         if invocation is None:
             new_message = types.Content(role="user", parts=[types.Part(text=turn.prompt.text)])
-        deltas = None if turn.events is None else _Deltas(turn.events)
         abort = asyncio.Event()
         watch = asyncio.create_task(_abort_when_stopped(turn, abort))
         final = ""
         try:
-            async for event in runner.run_async(
-                user_id=self.user_id,
-                session_id=turn.session,
-                invocation_id=invocation,
-                new_message=new_message,
-                run_config=self.run_config if deltas is None else _streaming(self.run_config),
-                abort_signal=abort,
-            ):
-                if deltas is not None:
-                    await deltas.see(event)
-                if event.is_final_response() and not event.partial:
-                    final = _records.event_text(event) or final
+            with contextlib.ExitStack() as scope:
+                scope.enter_context(journal_session(store_session))  # its tools' journal
+                if live is not None:  # a journaled call the journal answers is noted
+                    scope.enter_context(noting_answers(live.answered))
+                async for event in runner.run_async(
+                    user_id=self.user_id,
+                    session_id=turn.session,
+                    invocation_id=invocation,
+                    new_message=new_message,
+                    run_config=self.run_config if live is None else _streaming(self.run_config),
+                    abort_signal=abort,
+                ):
+                    if live is not None:
+                        await live.see(event)
+                    if event.is_final_response() and not event.partial:
+                        final = _records.event_text(event) or final
         except Exception:
+            if live is not None:
+                await live.failed()  # a call that raised ends, with its error
             await service.release(adopted, finished=False)
             raise
         finally:
@@ -139,51 +166,41 @@ class ADKAgent:
         return Outcome("stopped") if abort.is_set() else Outcome("completed", final)
 
 
+def _calls_open(session: AdkSession) -> bool:
+    """Whether the session's last event is a reply whose function calls have no response."""
+    last = session.events[-1] if session.events else None
+    return last is not None and last.author != "user" and bool(last.get_function_calls())
+
+
+def _resumable() -> ResumabilityConfig:
+    """ADK's resumability, without the warning that it is experimental (we use one part of
+    it, the replay of a stored call, and turn the rest off: :class:`_ReplayOnly`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ResumabilityConfig(is_resumable=True)
+
+
+class _ReplayOnly(BasePlugin):
+    """Ends the resumability of a run once ADK replayed the stored calls (at its first model
+    call): a resumable run would also store an agent-state event after the answer, which
+    the service would take for the turn's answer (an assistant message with no calls)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="steerable_replay_only")
+
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        callback_context._invocation_context.resumability_config = None
+        return None
+
+
 def _streaming(config: RunConfig | None) -> RunConfig:
     """``config`` with SSE streaming, unless it streams already or cannot."""
     config = config if config is not None else RunConfig()
     if config.streaming_mode != StreamingMode.NONE or config.service_tier == "deferred":
         return config  # BIDI is not for run_async; a deferred run cannot stream (ADK refuses)
     return config.model_copy(update={"streaming_mode": StreamingMode.SSE})
-
-
-class _Deltas:
-    """Sends the model's text in a run's events to a turn's sink, each piece once.
-
-    With SSE, ADK yields the pieces as partial events and then the whole reply as one
-    event more: the pieces are sent and the whole is not. A reply with no partial text
-    before it (a model that does not stream) is sent whole. A sink that fails does not
-    fail the turn: its first failure is logged and the run goes on.
-    """
-
-    def __init__(self, sink: EventSink) -> None:
-        self._sink = sink
-        self._streamed = False  # pieces were sent since the last whole event
-        self._failed = False
-
-    async def see(self, event: Event) -> None:
-        """Send the model's text in ``event`` that was not sent yet."""
-        content = event.content
-        if event.author == "user" or content is None or content.role == "user":
-            return  # the prompt (run_async yields it if asked) or a tool's result
-        text = "".join(p.text for p in content.parts or () if p.text and not p.thought)
-        if event.partial:
-            self._streamed = self._streamed or bool(text)
-        elif self._streamed:
-            self._streamed = False  # the whole of what the pieces already sent
-            return
-        if text:
-            await self._send(TextDelta(text))
-
-    async def _send(self, delta: TextDelta) -> None:
-        try:
-            produced = self._sink(delta)
-            if inspect.isawaitable(produced):
-                await produced
-        except Exception:  # a watcher's failure is not the turn's; CancelledError goes on up
-            if not self._failed:
-                log.exception("the live sink failed on a text delta; the turn goes on")
-            self._failed = True
 
 
 def _stored(turn: Turn) -> list[Message]:

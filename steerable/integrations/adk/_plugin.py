@@ -6,11 +6,15 @@ into the running session's events, where every later request is built from, and 
 session service has already stored it, in place, with the same atomic call that took it.
 The steer is never written into the ADK session from outside the running process (ADK
 refuses a stale session then): it waits in the steerable box until the run takes it.
+
+Before a :func:`~._journaled.journaled` tool runs, the plugin stores the events held so far
+(the reply that called it among them, taking no steer): a run killed inside the tool is then
+carried on with that same call, under its id, which is what the tool journal is keyed by.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
@@ -18,6 +22,7 @@ from google.adk.plugins.base_plugin import BasePlugin
 
 from steerable.errors import UsageError
 from steerable.integrations.adk import _records
+from steerable.integrations.adk._journaled import is_journaled
 from steerable.integrations.adk._sessions import SteerableSessionService
 
 if TYPE_CHECKING:
@@ -25,6 +30,8 @@ if TYPE_CHECKING:
     from google.adk.agents.invocation_context import InvocationContext
     from google.adk.models.llm_request import LlmRequest
     from google.adk.models.llm_response import LlmResponse
+    from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.tool_context import ToolContext
     from google.genai import types
 
 __all__ = ["SteeringPlugin"]
@@ -73,6 +80,15 @@ class SteeringPlugin(BasePlugin):
             session.events.append(event)
             assert event.content is not None
             llm_request.contents.append(event.content.model_copy(deep=True))
+        return None
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> dict[str, Any] | None:
+        """Before a :func:`journaled` tool runs, store the reply that called it."""
+        context = tool_context._invocation_context
+        if self._ours(context) and is_journaled(getattr(tool, "func", None)):
+            await self.service.store_held(context.session)
         return None
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:

@@ -12,6 +12,11 @@ under the input's id:
   own; :func:`steer_event` makes the same event from it every time (the steer's id, the
   invocation and branch of the event before it), live and when a session is loaded again.
 
+Beside an event's record, each of its function calls has a :class:`~steerable.ToolCall`
+view and each function response a :class:`~steerable.ToolResult` view (as the Agents SDK's
+integration stores them): a reply stored before its journaled tool ran is then not read as
+a turn's answer by the service, and the transcript is a valid one to steerable.
+
 A session made by :meth:`SteerableSessionService.create_session` starts with a header
 message (app, user, initial state): the ADK session's own fields, which no event carries.
 """
@@ -26,7 +31,7 @@ from google.adk.events.event import Event
 from google.adk.sessions.state import State
 from google.genai import types
 
-from steerable.messages import Message, Native, Text
+from steerable.messages import Message, Native, Part, Text, ToolCall, ToolResult
 
 FRAMEWORK = "adk"
 _HEADER = "adk_session"
@@ -74,7 +79,26 @@ def event_message(event: Event, *, message_id: str, prompt: bool = False) -> Mes
         )
     content = event.content
     user = event.author == "user" or (content is not None and content.role == "user")
-    return Message("user" if user else "assistant", (Native(FRAMEWORK, data, text),), message_id)
+    parts: list[Part] = [Native(FRAMEWORK, data, text), *_views(event)]
+    return Message("user" if user else "assistant", tuple(parts), message_id)
+
+
+def _views(event: Event) -> list[Part]:
+    """A steerable view of each function call and response of ``event``, beside its record.
+
+    A reply's calls are stored before its tools run (for the tool journal), so the reply
+    can be the last stored message of a turn: its :class:`ToolCall` views tell the service
+    it is not the turn's answer, and the responses' :class:`ToolResult` views answer them.
+    """
+    views: list[Part] = []
+    for call in event.get_function_calls():
+        if call.id and call.name:
+            views.append(ToolCall(call.id, call.name, json.dumps(call.args or {})))
+    for response in event.get_function_responses():
+        if response.id and response.name:
+            content = json.dumps(response.response or {}, default=str)
+            views.append(ToolResult(response.id, response.name, content))
+    return views
 
 
 def stored_json(messages: Iterable[Message], event_id: str) -> list[str]:

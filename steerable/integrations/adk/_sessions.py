@@ -10,7 +10,8 @@ stamped earlier, comes after it. See :mod:`._records` for how each event is stor
 
 While a run of :class:`SteeringPlugin` works on a session its events are held in memory and
 stored at the run's next step, together with the steers it takes, in one atomic store call
-(:meth:`Steps.step`); the rest at the run's end. Without the plugin each event is stored as
+(:meth:`Steps.step`); the rest at the run's end, and before a journaled tool runs
+(:meth:`SteerableSessionService.store_held`). Without the plugin each event is stored as
 it is appended.
 
 Each session object this service returns carries its revision (how many messages its
@@ -363,6 +364,35 @@ class SteerableSessionService(BaseSessionService):
         opened.ids.update(message.id for message in taken)
         opened.mark(session)
         return taken
+
+    async def store_held(self, session: AdkSession) -> None:
+        """Store the events a run holds now, taking no steer: before a journaled tool runs,
+        the reply that called it is stored (a run carried on after a crash then runs that
+        same call, under its id, rather than asking the model again)."""
+        opened = self._open.get(_address(session))
+        if opened is None or not opened.holding:
+            return
+        async with opened.lock:  # parallel calls each ask: the first stores, once
+            if not opened.pending:
+                return
+            await opened.steps.save([message for _, message in opened.pending])
+            opened.pending.clear()
+            opened.mark(session)
+
+    def stored_reply(self, session: AdkSession, call_id: str) -> str | None:
+        """The id of the message that stores ``session``'s last reply with function calls,
+        when ``call_id`` is among them (the reply whose call a journaled tool runs), else
+        None. No I/O: what this service stored (or holds, under the id it will be stored
+        under) of the session. The same id on a run carried on from the stored transcript."""
+        opened = self._open.get(_address(session))
+        if opened is None:
+            return None
+        kept = [*opened.steps.stored, *(message for _, message in opened.pending)]
+        for message in reversed(kept):
+            calls = message.tool_calls
+            if calls:
+                return message.id if any(call.id == call_id for call in calls) else None
+        return None
 
     async def release(
         self, session: AdkSession, *, finished: bool, invocation: str | None = None

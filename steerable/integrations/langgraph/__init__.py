@@ -7,6 +7,8 @@
 - :class:`LangGraphAgent`: a service agent that builds ``create_agent`` once and runs each
   turn over the turn's session; a ``graph=`` agent of your own takes no steer.
 - :class:`SteerableSaver`: a LangGraph checkpointer over any steerable store.
+- :func:`journaled`: a tool function whose calls run once per model call id, across
+  crashes and replicas (the tool journal of :mod:`steerable.journal`).
 
 The transcript keeps the prompt and each steer as steerable user messages and the graph's
 other messages verbatim, as langchain serialises them, in ``Native("langgraph", ...)``
@@ -24,6 +26,7 @@ except ImportError as exc:
     ) from None
 
 from steerable.integrations.langgraph._agent import LangGraphAgent
+from steerable.integrations.langgraph._journaled import journaled
 from steerable.integrations.langgraph._middleware import SteeringMiddleware
 from steerable.integrations.langgraph._records import FRAMEWORK, from_stored, to_stored
 from steerable.integrations.langgraph._saver import SteerableSaver
@@ -34,6 +37,7 @@ __all__ = [
     "SteerableSaver",
     "SteeringMiddleware",
     "from_stored",
+    "journaled",
     "to_stored",
 ]
 

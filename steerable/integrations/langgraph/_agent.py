@@ -12,8 +12,9 @@ steer (``steers_per_turn`` 0, so each steer is a turn of its own), and its messa
 stored once the run ends.
 
 When the turn has a live sink (``turn.events``), a :class:`TextDeltas` callback handler
-rides in the run's config and sends the model's text as it arrives; the run is the same
-``ainvoke`` either way.
+rides in the run's config and sends the model's text as it arrives, and the middleware
+sends each tool call's ToolStarted and ToolEnded through it (a ``graph=`` agent's tools
+send none: no hook of ours wraps them); the run is the same ``ainvoke`` either way.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from langgraph.errors import GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 
 from steerable.errors import UsageError
+from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import Steps, until_stopped
 from steerable.integrations.langgraph._deltas import TextDeltas
 from steerable.integrations.langgraph._middleware import (
@@ -108,14 +110,17 @@ class LangGraphAgent:
         config: RunnableConfig = {"configurable": configurable}
         if self.recursion_limit is not None:
             config["recursion_limit"] = self.recursion_limit
+        live = None
         if turn.events is not None:
-            config["callbacks"] = [TextDeltas(turn.events, session=turn.session, turn=turn.id)]
+            live = TextDeltas(turn.events, session=turn.session, turn=turn.id)
+            config["callbacks"] = [live]
         inputs: InputAgentState = {"messages": list(from_stored(turn.messages))}
         if self.graph is not None:
             return await self._run_graph(turn, self.graph, inputs, config)
-        configurable[RUN_SESSION] = RunSession(turn.store_session, turn.steers_left)
+        configurable[RUN_SESSION] = RunSession(turn.store_session, turn.steers_left, live)
         try:
-            state, stopped = await until_stopped(turn, self.agent().ainvoke(inputs, config))
+            with journal_session(turn.store_session):  # the journal of journaled tools
+                state, stopped = await until_stopped(turn, self.agent().ainvoke(inputs, config))
         except GraphRecursionError as exc:
             # the steps so far are stored; the reply under way when it stopped is not
             return Outcome("max_steps", error=f"GraphRecursionError: {exc}")
@@ -145,7 +150,8 @@ class LangGraphAgent:
         config: RunnableConfig,
     ) -> Outcome:
         try:
-            state, stopped = await until_stopped(turn, graph.ainvoke(inputs, config))
+            with journal_session(turn.store_session):
+                state, stopped = await until_stopped(turn, graph.ainvoke(inputs, config))
         except GraphRecursionError as exc:
             return Outcome("max_steps", error=f"GraphRecursionError: {exc}")
         if stopped or state is None:

@@ -13,7 +13,11 @@ Which calls are the reply's: those of the graph itself (not of a subgraph, such 
 agent run inside a tool) not tagged ``"nostream"`` (langchain's summarisation middleware
 tags its own calls so) -- LangGraph's own rule for ``stream_mode="messages"``. Only text
 blocks count (``message.text``): no tool-call arguments, no reasoning. Node outputs (the
-steers, the tool results) are never model tokens, so they never reach the sink.
+steers, the tool results) are never model tokens, so they never reach the sink as text.
+
+The tool calls' :class:`~steerable.events.ToolStarted` and :class:`~steerable.events.ToolEnded`
+go through the same handler (:meth:`TextDeltas.send`), sent by :class:`SteeringMiddleware`'s
+``awrap_tool_call``, so one failing sink stops both.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, LLMResult
 from langgraph.constants import TAG_NOSTREAM
 
-from steerable.events import EventSink
+from steerable.events import Event, EventSink
 from steerable.models.base import TextDelta
 
 __all__ = ["TextDeltas"]
@@ -138,12 +142,17 @@ class TextDeltas(AsyncCallbackHandler):
         self._streamed.discard(run_id)
 
     async def _send(self, text: str) -> None:
-        if not text or self._sink is None:
+        if text:
+            await self.send(TextDelta(text))
+
+    async def send(self, event: Event) -> None:
+        """Send ``event`` to the sink (nothing once the sink has failed)."""
+        if self._sink is None:
             return
         try:
-            produced = self._sink(TextDelta(text))
+            produced = self._sink(event)
             if inspect.isawaitable(produced):
                 await produced
         except Exception:  # CancelledError is not an Exception: a stop still stops the run
-            log.exception("%s: the live event sink failed; no more deltas for it", self._where)
+            log.exception("%s: the live event sink failed; no more events for it", self._where)
             self._sink = None

@@ -22,24 +22,49 @@ twice), and a step the graph ran again is replaced by the stored one (the store 
 With no checkpointer the state is only the run's input: the same input again after a turn
 that did not finish (a prompt without an id gets a new one) resumes that stored turn
 rather than start another (``_catch_up.py``).
+
+Tools run with the run's session as their journal (``awrap_tool_call``): a call of a
+:func:`~steerable.integrations.langgraph.journaled` tool first stores the reply that made
+it (once for all its calls, taking no steer), so a run that dies inside the tool leaves
+the call, under its model-given id in the stored reply (whose id its journal key holds
+too), in the store. A run whose state ends with such a
+reply (a takeover from the stored transcript, a retry with no checkpointer) goes from
+``before_model`` straight to the tools (``jump_to``): the model is not asked again, and
+the journal answers for each call that began.
+
+A run whose config brings a live sink (a :class:`LangGraphAgent` turn with ``events``)
+sees each tool call there too: ``awrap_tool_call`` sends :class:`~steerable.events.
+ToolStarted` as the call starts and :class:`~steerable.events.ToolEnded` with the text of
+the ToolMessage the model will read (``is_error`` for an error one, or for a call that
+raised, whose error goes on to the graph). A journaled call answered from the journal has
+no ToolStarted, only a ToolEnded with ``replayed``, as in steerable's own loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired
 
-from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
-from langchain_core.messages import AnyMessage, RemoveMessage
+from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMessage
 from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.config import get_config
+from langgraph.errors import GraphBubbleUp
+from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 from steerable.errors import UsageError
+from steerable.events import ToolEnded, ToolStarted
+from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import Steps
 from steerable.integrations.langgraph._catch_up import behind
+from steerable.integrations.langgraph._deltas import TextDeltas
+from steerable.integrations.langgraph._journaled import CallWatch, is_journaled, watching
 from steerable.integrations.langgraph._records import (
     from_stored,
     steer_message,
@@ -47,7 +72,7 @@ from steerable.integrations.langgraph._records import (
     to_stored,
     unanswered_tail,
 )
-from steerable.messages import Message, new_id
+from steerable.messages import Message, ToolCall, ToolResult, new_id
 from steerable.session import Session
 from steerable.store import Store, check_count, check_session_id
 
@@ -62,10 +87,12 @@ RUN_SESSION = "__steerable_session"
 
 @dataclass(frozen=True, slots=True)
 class RunSession:
-    """A run's own session and steer cap, in its config under :data:`RUN_SESSION`."""
+    """A run's own session and steer cap, in its config under :data:`RUN_SESSION`, and
+    the live sink its tool calls are sent to (None: nobody watches)."""
 
     session: Session
     steers: int
+    live: TextDeltas | None = None
 
 
 class SteeringState(AgentState[Any]):
@@ -87,6 +114,7 @@ class _Run:
     steers: int
     steps: Steps | None = None
     ids: set[str] = field(default_factory=set)  # the langchain ids stored
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # a reply stored before its tools
 
 
 class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
@@ -161,22 +189,102 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
         run = self._begin_run()
         return {"steerable_run": run.id}
 
+    @hook_config(can_jump_to=["tools"])
     async def abefore_model(
         self, state: SteeringState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Store what the graph added and take the waiting steers, in one store call."""
+        """Store what the graph added and take the waiting steers, in one store call.
+
+        A state that ends with a reply whose tool calls have no result (a takeover, or a
+        retry, of a run that died in the tools of a reply stored before them) goes on to
+        the tools, taking no steer: the model is not asked again, so the calls keep their
+        ids and a journaled one is found in the journal."""
         run = self._hold(state)
         messages = list(state["messages"])
         steps = await _steps(run)
         # What the store holds past the graph's state: an earlier attempt's step whose
         # checkpoint was lost with its process, or a retry with no checkpointer.
         dropped, stored = behind(steps.stored, messages)
-        new = _new(run, [m for m in messages if m.id not in dropped])
+        kept = [m for m in messages if m.id not in dropped]
+        new = _new(run, kept)
+        restored = from_stored(stored)
+        back: list[Any] = [RemoveMessage(id=id) for id in dropped] + restored
+        if _pending([*kept, *restored]):
+            await steps.save(new)
+            run.ids.update(m.id for m in new)
+            return {"messages": back, "steerable_run": run.id, "jump_to": "tools"}
         taken = await steps.step(new)
         run.ids.update(m.id for m in [*new, *taken])
-        back: list[Any] = [RemoveMessage(id=id) for id in dropped]
-        back += from_stored(stored) + [steer_message(m) for m in taken]
+        back += [steer_message(m) for m in taken]
         return {"messages": back, "steerable_run": run.id}
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Refused: see :meth:`awrap_tool_call`."""
+        raise UsageError(_ASYNC_ONLY)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Run a tool with the run's session as the journal of its calls
+        (:func:`~steerable.integrations.langgraph.journaled`); for a journaled tool, store
+        the reply that called it first (once for the reply), taking no steer."""
+        run = self._running()
+        journaled = is_journaled(request.tool)
+        if journaled:
+            await self._store_reply(run, request)
+        given = _configurable().get(RUN_SESSION)
+        live = given.live if isinstance(given, RunSession) else None
+        with journal_session(run.session):
+            if live is None:
+                return await handler(request)
+            return await _watched(live, request, handler, journaled=journaled)
+
+    def _running(self) -> _Run:
+        """The run under way on the run's session (begun here for a run resumed at its
+        tools from a checkpoint: no hook of it ran in this process)."""
+        session, _ = self._session_of_run()
+        run = self._runs.get(session.id)
+        return run if run is not None else self._begin_run()
+
+    async def _store_reply(self, run: _Run, request: ToolCallRequest) -> None:
+        """Store the state's messages through the reply that made ``request``'s call."""
+        state = request.state
+        messages = list(state.get("messages", []) if isinstance(state, dict) else [])
+        call_id = request.tool_call.get("id")
+        at = next(
+            (
+                i
+                for i in range(len(messages) - 1, -1, -1)
+                if isinstance(messages[i], AIMessage)
+                and any(c.get("id") == call_id for c in messages[i].tool_calls)
+            ),
+            None,
+        )
+        if at is None:
+            return
+        async with run.lock:  # a reply's calls run side by side: the first one stores it
+            if messages[at].id in run.ids:
+                return
+            steps = await _steps(run)
+            if messages[at].id in run.ids:
+                return
+            pending = steps.stored[-1] if steps.stored else None
+            if pending is not None and _pending(from_stored([pending])):
+                raise UsageError(
+                    f"session {run.session.id!r} ends with a stored reply whose tool calls"
+                    " have no result, and the graph runs the calls of another one: a"
+                    " checkpoint older than the store was resumed (run a graph with a"
+                    " checkpointer with durability='sync')"
+                )
+            new = _new(run, messages[: at + 1])
+            await steps.save(new)
+            run.ids.update(m.id for m in new)
 
     async def aafter_agent(
         self, state: SteeringState, runtime: Runtime[Any]
@@ -234,6 +342,65 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
         return Session(check_session_id(str(thread)), self.store), self.steers
 
 
+async def _watched(
+    live: TextDeltas,
+    request: ToolCallRequest,
+    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    *,
+    journaled: bool,
+) -> ToolMessage | Command[Any]:
+    """Run the call, sending its ToolStarted and ToolEnded to ``live``.
+
+    A journaled tool says when its function is about to run (then the call starts) and
+    when the journal answered instead (a replay: no start)."""
+    tool_call = request.tool_call
+    id = str(tool_call.get("id") or "")
+    name = str(tool_call.get("name", ""))
+    call = ToolCall(
+        id, name, json.dumps(tool_call.get("args", {}), ensure_ascii=False, default=str)
+    )
+    started = False
+
+    async def start() -> None:
+        nonlocal started
+        if not started:
+            started = True
+            await live.send(ToolStarted(call))
+
+    watch = CallWatch(id, start)
+    if not journaled:
+        await start()
+    try:
+        with watching(watch):
+            answer = await handler(request)
+    except GraphBubbleUp:  # an interrupt: the call has no result yet
+        raise
+    except Exception as exc:  # it goes on to the graph (and fails the run, or is handled)
+        await start()
+        await live.send(ToolEnded(call, ToolResult(id, name, f"{type(exc).__name__}: {exc}", True)))
+        raise
+    if watch.replayed and not started:
+        await live.send(ToolEnded(call, _result(call, answer), replayed=True))
+    else:
+        await start()
+        await live.send(ToolEnded(call, _result(call, answer)))
+    return answer
+
+
+def _result(call: ToolCall, answer: ToolMessage | Command[Any]) -> ToolResult:
+    """The result the model reads for ``call``: its ToolMessage (in a Command's update)."""
+    message: Any = answer
+    if isinstance(answer, Command):
+        update = answer.update
+        found = update.get("messages", []) if isinstance(update, dict) else []
+        message = next(
+            (m for m in found if isinstance(m, ToolMessage) and m.tool_call_id == call.id), None
+        )
+    if not isinstance(message, ToolMessage):
+        return ToolResult(call.id, call.name, "")
+    return ToolResult(call.id, call.name, message.text, message.status == "error")
+
+
 def _configurable() -> dict[str, Any]:
     """The running graph's ``config["configurable"]`` ({} outside a graph run)."""
     try:
@@ -249,6 +416,12 @@ async def _steps(run: _Run) -> Steps:
         run.steps = Steps(run.session, stored, steers=run.steers)
         run.ids = stored_ids(stored)
     return run.steps
+
+
+def _pending(messages: Sequence[Any]) -> bool:
+    """Whether ``messages`` end with a reply whose tool calls have no result yet."""
+    last = messages[-1] if messages else None
+    return isinstance(last, AIMessage) and bool(last.tool_calls)
 
 
 def _new(run: _Run, messages: Sequence[AnyMessage]) -> list[Message]:

@@ -13,6 +13,9 @@
 
   Either half alone is refused at once (see :mod:`._session`), never silent.
 - :class:`OpenAIAgentsAgent` is an SDK agent as a :class:`~steerable.service.Agent`.
+- :func:`journaled` (under ``@function_tool``) makes a tool's calls run once across crashes,
+  journaled in the session; a steered run with such tools passes
+  ``hooks=journal_hooks(session)`` too (the service's agent does it itself).
 
 ``docs/integrations.md`` says where the SDK has no step to take a steer at.
 """
@@ -27,6 +30,7 @@ except ImportError as exc:
     ) from None
 
 from steerable.integrations.openai_agents._agent import OpenAIAgentsAgent
+from steerable.integrations.openai_agents._journaled import journal_hooks, journaled
 from steerable.integrations.openai_agents._session import SteerableSession, steering
 
-__all__ = ["OpenAIAgentsAgent", "SteerableSession", "steering"]
+__all__ = ["OpenAIAgentsAgent", "SteerableSession", "journal_hooks", "journaled", "steering"]

@@ -8,15 +8,19 @@ the last holder stored: the steers it took are history then, never taken again.
 
 When the turn has an event sink (the service's ``live=``), the run is the SDK's streamed run
 instead, over the same session and config: each piece of the model's text goes to the sink
-as a :class:`~steerable.models.base.TextDelta` as it arrives; the steps, what is stored and
-the outcome are those of ``Runner.run``.
+as a :class:`~steerable.models.base.TextDelta` as it arrives, and each function tool call
+as a :class:`~steerable.events.ToolStarted` and a :class:`~steerable.events.ToolEnded`
+(through the run's hooks: see ``_live``); the steps, what is stored and the outcome are
+those of ``Runner.run``.
+
+The turn's session is the journal of the run's journaled tools (:func:`journaled`): each
+run has ``hooks=journal_hooks(session)``, so a journaled call's reply is stored before it
+runs, and a takeover carries a call a crash interrupted on under its own call id.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,8 +36,10 @@ from agents import (
 from openai.types.responses import ResponseTextDeltaEvent
 
 from steerable.errors import UsageError
-from steerable.events import EventSink
+from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import answer_text, until_stopped
+from steerable.integrations.openai_agents._journaled import journal_hooks, noting_answers
+from steerable.integrations.openai_agents._live import ToolEvents, Watcher
 from steerable.integrations.openai_agents._session import SteerableSession, steering
 from steerable.models.base import TextDelta
 from steerable.service.agent import Turn
@@ -41,8 +47,6 @@ from steerable.service_store import Outcome
 from steerable.store import check_count
 
 __all__ = ["OpenAIAgentsAgent"]
-
-log = logging.getLogger("steerable.integrations.openai_agents")
 
 _INTERRUPTED = (
     "tool approval (an interruption) is not supported under the service: the run stopped"
@@ -89,47 +93,47 @@ class OpenAIAgentsAgent:
         session = SteerableSession(
             turn.store_session, steers=turn.steers_left, history=turn.messages
         )
+        config = steering(session, self.run_config)
+        tools: ToolEvents | None = None
+        if turn.events is not None:  # watched: the tool calls' events too
+            tools = ToolEvents(Watcher(turn.events, turn.session, turn.id))
+            config = tools.run_config(config)
+            session._tool_hooks = tools  # the calls a step carries on are not the SDK's
         options: dict[str, Any] = {
             "context": self.context if self.context_for is None else self.context_for(turn.session),
+            # a journaled tool's reply is stored before it runs
+            "hooks": journal_hooks(session, tools),
             "max_turns": self.max_turns,
-            "run_config": steering(session, self.run_config),
+            "run_config": config,
             "session": session,
         }
         # the prompt is the history's (stored or not): nothing new to add
         run: Awaitable[RunResult | RunResultStreaming] = (
             Runner.run(self.agent, [], **options)
-            if turn.events is None
-            else self._streamed(turn, turn.events, options)
+            if tools is None
+            else self._streamed(tools, options)
         )
-        outcome = await self._outcome(turn, run)
+        with journal_session(turn.store_session):  # the journal of the turn's tool calls
+            outcome = await self._outcome(turn, run)
         # what the run handed over and no step stored: its end (the answer is stored at
         # once), or what came before an error, max turns or a stop
         await session.flush()
         return outcome
 
-    async def _streamed(
-        self, turn: Turn, sink: EventSink, options: dict[str, Any]
-    ) -> RunResultStreaming:
-        """``Runner.run_streamed`` to its end, each text delta of the model sent to ``sink``.
+    async def _streamed(self, tools: ToolEvents, options: dict[str, Any]) -> RunResultStreaming:
+        """``Runner.run_streamed`` to its end, each text delta of the model sent to the
+        watcher of ``tools`` (whose hooks send the tool calls' events).
 
         Started here, not by the caller, so a stop before this coroutine runs starts no run.
         """
-        result = Runner.run_streamed(self.agent, [], **options)
-        failed = False
+        with noting_answers(tools.answered):  # the run's tasks are started in here
+            result = Runner.run_streamed(self.agent, [], **options)
         try:
             async for event in result.stream_events():
                 if isinstance(event, RawResponsesStreamEvent) and isinstance(
                     event.data, ResponseTextDeltaEvent
                 ):
-                    error = await _send(sink, TextDelta(event.data.delta))
-                    if error is not None and not failed:
-                        failed = True  # once a turn: a sink that always fails floods no log
-                        log.warning(
-                            "session %r: the live sink failed on turn %r; the turn goes on",
-                            turn.session,
-                            turn.id,
-                            exc_info=error,
-                        )
+                    await tools.watcher.send(TextDelta(event.data.delta))
         finally:
             # a stop (our task cancelled) leaves the SDK's run loop task behind: cancel it and
             # wait for it, so the session's flush comes after the run's last add_items
@@ -155,19 +159,3 @@ class OpenAIAgentsAgent:
         if result.interruptions:  # a run resumes from its RunState: a turn has none to keep
             return Outcome("failed", error=_INTERRUPTED)
         return Outcome("completed", answer_text(result.final_output))
-
-
-async def _send(sink: EventSink, event: TextDelta) -> Exception | None:
-    """Give ``event`` to ``sink`` (awaiting what it returns); what it raised, if it did.
-
-    A live delta is a view of the run, not part of it: its failure must not end the turn.
-    """
-    try:
-        produced = sink(event)
-        if inspect.isawaitable(produced):
-            await produced
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        return exc
-    return None

@@ -205,3 +205,13 @@ def orphan_outputs(items: Sequence[object]) -> int:
             break
         count += 1
     return count
+
+
+def pending_calls(items: Sequence[object]) -> list[dict[str, Any]]:
+    """The calls ``items`` end with (their outputs never came: a crash after the reply that
+    made them was stored, before the outputs were), in order."""
+    dicts = [as_dict(item) for item in items]
+    start = len(dicts)
+    while start and _tool_side(dicts[start - 1]) == "call":
+        start -= 1
+    return dicts[start:]

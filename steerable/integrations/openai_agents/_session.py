@@ -48,15 +48,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import Any
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, cast
 
-from agents import RunConfig, RunContextWrapper, TResponseInputItem
+from agents import (
+    FunctionTool,
+    ItemHelpers,
+    RunConfig,
+    RunContextWrapper,
+    RunHooks,
+    TResponseInputItem,
+)
 from agents.memory import SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 from agents.run_config import CallModelData, CallModelInputFilter, ModelInputData
+from agents.tool_context import ToolContext as SDKToolContext
+from openai.types.responses import ResponseFunctionToolCall
 
 from steerable.errors import TranscriptConflict, UsageError
+from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import Steps
 from steerable.integrations.openai_agents._items import (
     answered,
@@ -64,16 +77,18 @@ from steerable.integrations.openai_agents._items import (
     call_names,
     checked,
     orphan_outputs,
+    pending_calls,
     same_item,
     to_items,
     to_messages,
 )
 from steerable.integrations.openai_agents._serial import Serial
 from steerable.messages import Message
+from steerable.repair import ORPHANED
 from steerable.session import Session
 from steerable.store import check_count
 
-__all__ = ["SteerableSession", "steering"]
+__all__ = ["SteerableSession", "carried_reply", "session_of", "steering"]
 
 # How many times a plain add_items reads the transcript again after another writer got
 # ahead of it (each retry follows someone else's success, so it is bounded by the writers).
@@ -129,6 +144,16 @@ class SteerableSession:
         self._wired = False  # the current run's config is steering(self): its steps store
         self._stepped = False  # whether a step of this run has stored its items
         self._steered: list[tuple[int, TResponseInputItem]] = []  # (after item n, steer)
+        # the journal: each model reply of this run by its call ids (journal_hooks tells
+        # them), whether any came, and the stored calls a crash left without outputs
+        self._replies: dict[str, list[TResponseInputItem]] = {}
+        self._hooked = False
+        # the stored message holding each call of this step's stored reply, by call id
+        self._reply_ids: dict[str, str] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._carry_at = 0  # the view's index the pending calls and their outputs go before
+        # a watched turn's tool hooks (``_live.ToolEvents``), told of each call carried on too
+        self._tool_hooks: RunHooks[Any] | None = None
 
     def __repr__(self) -> str:
         return f"SteerableSession({self.session!r}, taken={len(self.taken)})"
@@ -154,6 +179,19 @@ class SteerableSession:
         self._first = 0
         self._stepped = False
         self._steered = []
+        self._replies = {}
+        self._reply_ids = {}
+        self._hooked = False
+        # calls a crash left without outputs (their reply was stored before a journaled
+        # call ran): the SDK would drop them from its requests, so the view leaves them out
+        # and the run's first step puts them back, with their outputs (_carry_on)
+        self._pending = pending_calls(self._view[: self._stored])
+        if self._pending:
+            self._carry_at = self._stored - len(self._pending)
+            del self._view[self._carry_at : self._stored]
+            self._stored = self._carry_at
+            self._given = self._loaded = len(self._view)
+            self._steered = [(self._carry_at, cast(TResponseInputItem, c)) for c in self._pending]
 
     def _forget(self) -> None:
         """Drop what this object knows of the transcript: its next call reads it again."""
@@ -162,6 +200,7 @@ class SteerableSession:
         self._given = self._stored = self._loaded = self._first = 0
         self._stepped = False
         self._steered = []
+        self._pending = []
 
     async def get_items(
         self, limit: int | None = None, *, wrapper: RunContextWrapper[Any] | None = None
@@ -211,6 +250,14 @@ class SteerableSession:
                     self._view.append(copy.deepcopy(item))
                 self._given += 1
             in_run = wrapper is not None and wrapper is self._run
+            if in_run and not self._wired and self._pending:
+                raise UsageError(
+                    f"session {self.session_id!r} ends with tool calls a crash interrupted"
+                    f" ({', '.join(str(c.get('call_id')) for c in self._pending)}), and this"
+                    " run cannot carry them on: its run_config is not steering(session). Carry"
+                    " the run on with Runner.run(agent, [], session=session,"
+                    " run_config=steering(session), hooks=journal_hooks(session))"
+                )
             if in_run and self._wired:
                 if self._ends_run(items):
                     await self._flush()
@@ -315,9 +362,13 @@ class SteerableSession:
             self._forget()
             self._history = None
 
-    async def _store(self, steps: Steps, end: int, *, take: bool) -> list[Message]:
-        """Store the view's items up to ``end`` (and take the steers, if ``take``)."""
-        new = to_messages(self._view[self._stored : end], call_names(self._view[: self._stored]))
+    async def _store(
+        self, steps: Steps, end: int, *, take: bool, before: Sequence[Any] = ()
+    ) -> list[Message]:
+        """Store the view's items up to ``end`` (and take the steers, if ``take``), after
+        ``before`` (the outputs of calls carried on, which the view does not hold)."""
+        names = call_names([*self._view[: self._stored], *(item for _, item in self._steered)])
+        new = to_messages(before, names) + to_messages(self._view[self._stored : end], names)
         taken: list[Message] = []
         if take:
             taken = await steps.step(new)
@@ -365,19 +416,109 @@ class SteerableSession:
             if not self._extends_view(items):  # a nested run's request, or a rewritten history
                 return model_data
             first = self._first
+            self._replies = {}  # the replies before this request: their tools have run
+            self._reply_ids = {}
+            outputs: list[dict[str, Any]] = []
+            if self._pending and not self._stepped:
+                outputs = await self._carry_on(data, self._pending)
+                self._pending = []
+                self._steered.extend((self._carry_at, cast(TResponseInputItem, o)) for o in outputs)
             self._view.extend(copy.deepcopy(items[len(self._view) - first :]))
             self._stepped = True
-            for message in await self._store(steps, len(self._view), take=True):
+            taken = await self._store(steps, len(self._view), take=True, before=outputs)
+            for message in taken:
                 self._steered.append((len(self._view), {"role": "user", "content": message.text}))
             return ModelInputData(
                 input=self._spliced(items, first), instructions=model_data.instructions
             )
+
+    async def _carry_on(
+        self, data: CallModelData[Any], pending: Sequence[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The outputs of the calls a crash left without any (the stored transcript ends with
+        the reply that made them, stored before its journaled calls ran): each function call
+        run again through the request's agent's tool of its name, so a journaled one is
+        replayed, told UNKNOWN or re-run by the journal under its own call id; a call whose
+        tool is not among the agent's function tools gets :data:`steerable.repair.ORPHANED`."""
+        tools = {t.name: t for t in data.agent.tools if isinstance(t, FunctionTool)}
+        outputs: list[dict[str, Any]] = []
+        stored = [] if self._steps is None else self._steps.stored
+        replies = {
+            str(item["call_id"]): reply
+            for item in pending
+            if (reply := _holding(stored, str(item["call_id"]))) is not None
+        }
+        with journal_session(self.session), _carrying(replies):
+            for item in pending:
+                kind = str(item.get("type"))
+                tool = tools.get(str(item.get("name"))) if kind == "function_call" else None
+                if tool is None:
+                    outputs.append(
+                        {"call_id": item["call_id"], "output": ORPHANED, "type": f"{kind}_output"}
+                    )
+                    continue
+                call = ResponseFunctionToolCall.model_validate(item)
+                context = SDKToolContext(
+                    data.context,
+                    tool_name=call.name,
+                    tool_call_id=call.call_id,
+                    tool_arguments=call.arguments,
+                    tool_call=call,
+                    agent=data.agent,
+                )
+                if self._tool_hooks is not None:
+                    await self._tool_hooks.on_tool_start(context, data.agent, tool)
+                output = await tool.on_invoke_tool(context, call.arguments)
+                if self._tool_hooks is not None:
+                    await self._tool_hooks.on_tool_end(context, data.agent, tool, output)
+                outputs.append(dict(ItemHelpers.tool_call_output_item(call, output)))
+        return outputs
+
+    def _remember(self, reply: list[TResponseInputItem]) -> None:
+        """A model reply of this run, as the SDK will hand it over (``journal_hooks``)."""
+        self._hooked = True
+        for call_id in call_names(reply):
+            self._replies[call_id] = reply
+
+    async def store_reply(self, call_id: str) -> str | None:
+        """Store the model reply that made call ``call_id`` (a journaled tool's, about to
+        run), unless it is stored: the SDK hands it over only after the reply's tools ran,
+        and a crash in between must leave the same call ids to carry on.
+
+        Returns the id of the stored message holding the call (the reply in the journal's
+        key: models do not all keep call ids unique across replies), or None for a call
+        whose reply is not this run's to store (an agent used as a tool)."""
+        async with self._serial:
+            known = self._reply_ids.get(call_id)
+            if known is not None:
+                return known  # stored by another call of the reply
+            reply = self._replies.get(call_id)
+            if reply is None:
+                if not self._hooked:
+                    raise UsageError(
+                        "a journaled tool ran in a steered run without"
+                        " hooks=journal_hooks(session): its reply cannot be stored before"
+                        " it runs, so it was not run. Pass Runner.run(..., session=session,"
+                        " run_config=steering(session), hooks=journal_hooks(session))"
+                    )
+                return None  # not this run's reply (an agent used as a tool): not stored here
+            if self._steps is None or not self._wired:
+                raise UsageError("a journaled tool needs a run with run_config=steering(session)")
+            self._view.extend(copy.deepcopy(reply))
+            await self._store(self._steps, len(self._view), take=False)
+            for call in call_names(reply):  # the reply's messages: the last stored
+                held = _holding(self._steps.stored, call)
+                if held is not None:
+                    self._reply_ids[call] = held
+            return self._reply_ids.get(call_id)
 
     def _spliced(self, items: Sequence[TResponseInputItem], first: int) -> list[TResponseInputItem]:
         """A request's ``items`` (the view's from ``first`` on) with this run's steers in."""
         spliced: list[TResponseInputItem] = []
         steered = iter(self._steered)
         following = next(steered, None)
+        while following is not None and following[0] < first:  # before a limited history
+            following = next(steered, None)
         for index, item in enumerate([*items, None], start=first):
             while following is not None and following[0] == index:
                 spliced.append(copy.deepcopy(following[1]))
@@ -385,6 +526,37 @@ class SteerableSession:
             if item is not None:
                 spliced.append(item)
         return spliced
+
+
+def _holding(messages: Sequence[Message], call_id: str) -> str | None:
+    """The id of the last of ``messages`` that holds call ``call_id`` (an earlier reply may
+    have given the same call id: the latest is the reply whose calls run now)."""
+    for message in reversed(messages):
+        if any(call.id == call_id for call in message.tool_calls):
+            return message.id
+    return None
+
+
+# the stored replies of the calls a run carries on, by call id, while it runs them
+_CARRIED: ContextVar[Mapping[str, str] | None] = ContextVar(
+    "steerable_openai_agents_carried", default=None
+)
+
+
+@contextmanager
+def _carrying(replies: Mapping[str, str]) -> Iterator[None]:
+    token = _CARRIED.set(dict(replies))
+    try:
+        yield
+    finally:
+        _CARRIED.reset(token)
+
+
+def carried_reply(call_id: str) -> str | None:
+    """The id of the stored message holding call ``call_id``, when the call runs as a run
+    carries on the calls a crash interrupted (:meth:`SteerableSession.step`)."""
+    carried = _CARRIED.get()
+    return None if carried is None else carried.get(call_id)
 
 
 def _followed(items: Sequence[Any]) -> bool:
@@ -422,8 +594,23 @@ def steering(session: SteerableSession, run_config: RunConfig | None = None) -> 
             return own_callback(history, new_items)
         return session._cut_orphans(history) + new_items
 
+    _SESSIONS[call_model_input_filter] = session
     return dataclasses.replace(
         base,
         call_model_input_filter=call_model_input_filter,
         session_input_callback=session_input_callback,
     )
+
+
+# each steering config's filter, and its session: a journaled tool finds its session there
+_SESSIONS: weakref.WeakKeyDictionary[object, SteerableSession] = weakref.WeakKeyDictionary()
+
+
+def session_of(run_config: RunConfig | None) -> SteerableSession | None:
+    """The session of ``run_config`` if it is a ``steering(session)`` config."""
+    if run_config is None:
+        return None
+    try:
+        return _SESSIONS.get(run_config.call_model_input_filter)
+    except TypeError:  # a filter that cannot be a key is not ours
+        return None

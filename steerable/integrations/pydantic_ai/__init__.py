@@ -6,6 +6,8 @@
 - :class:`SteerableConversationStore`: Pydantic AI's ``ConversationStore`` over any
   steerable store.
 - :func:`history`: a stored transcript as Pydantic AI messages (what a run starts from).
+- :func:`journaled`: a tool function whose calls run at most once per call, across crashes
+  (the tool journal, keyed by the stored reply and the model's call id).
 
 Install with ``pip install 'steerable[pydantic-ai]'``. ``docs/integrations.md`` says where
 Pydantic AI has no step to take a steer at.
@@ -22,7 +24,8 @@ except ImportError as exc:
 
 from steerable.integrations.pydantic_ai._agent import PydanticAIAgent
 from steerable.integrations.pydantic_ai._conversations import SteerableConversationStore
+from steerable.integrations.pydantic_ai._journaled import journaled
 from steerable.integrations.pydantic_ai._records import history
 from steerable.integrations.pydantic_ai._steering import Steering
 
-__all__ = ["PydanticAIAgent", "SteerableConversationStore", "Steering", "history"]
+__all__ = ["PydanticAIAgent", "SteerableConversationStore", "Steering", "history", "journaled"]

@@ -27,6 +27,7 @@ processor that dropped or rewrote it, a run not given the stored history) is a
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -34,14 +35,29 @@ from typing import Any
 from weakref import WeakValueDictionary
 
 from pydantic_ai import RunContext
-from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering, WrapRunHandler
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    CapabilityOrdering,
+    ValidatedToolArgs,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+)
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart, repair_messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ToolCallPart,
+    UserPromptPart,
+    repair_messages,
+)
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import ToolDefinition
 
 from steerable.errors import UsageError
+from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import Steps
+from steerable.integrations.pydantic_ai._journaled import Running, running
 from steerable.integrations.pydantic_ai._records import (
     history,
     record,
@@ -110,6 +126,7 @@ class Steering(AbstractCapability[Any]):
         self._prompt_open = True  # the run's first new request may still be its prompt
         self._started = False
         self._messages: list[ModelMessage] | None = None
+        self._reply = asyncio.Lock()  # one store of a reply, however many calls it made
 
     @property
     def steps(self) -> Steps:
@@ -208,11 +225,62 @@ class Steering(AbstractCapability[Any]):
         never ran (``repair_messages``), as every later run would be sent them anyway.
         """
         try:
-            return await handler()
+            with journal_session(self.steps.session):  # the run's journaled tools' journal
+                return await handler()
         except UsageLimitExceeded:
             if self._messages is not None:
                 await self._save_rest(self._messages, repair=True)
             raise
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        """Hand a :func:`~steerable.integrations.pydantic_ai.journaled` tool its call (the
+        model's call id) and the way to store the reply that made it before the call begins
+        (which gives the stored reply's id)."""
+
+        async def store_reply() -> str:
+            await self._store_reply(ctx.messages)
+            return self._reply_id(call.tool_call_id)
+
+        token = running.set(Running(call, store_reply))
+        try:
+            with journal_session(self.steps.session):
+                return await handler(args)
+        finally:
+            running.reset(token)
+
+    def _reply_id(self, call_id: str) -> str:
+        """The id of the stored reply whose call ``call_id`` runs now: the last reply stored.
+
+        The run's history ends with that reply while its calls run, and it is stored before
+        the first of them begins (by this run, or by the run a retry carries on), so it is
+        the same stored message, under the same id, on every run of the call. An earlier
+        reply that made a call under the same id (a model that numbers each reply's calls
+        from ``call_0``) is another message, so that call has another key.
+        """
+        replies = [m for m in self.steps.stored if m.role == "assistant"]
+        if replies and any(c.id == call_id for c in replies[-1].tool_calls):
+            return replies[-1].id
+        raise UsageError(
+            f"the tool call {call_id!r} runs, but the last reply stored did not make it: "
+            "its journal key is unknown"
+        )
+
+    async def _store_reply(self, messages: list[ModelMessage]) -> None:
+        """Store what the run added up to the reply whose calls run now (the history ends with
+        it while they run), unless it is stored: a resumed call, or another call of it."""
+        async with self._reply:
+            new, anchor = self._new(messages)
+            if new:
+                await self.steps.save(new)
+                self._mark_stored(new, anchor)
 
     async def _save_rest(self, messages: list[ModelMessage], *, repair: bool = False) -> None:
         new, anchor = self._new(messages, repair=repair)
