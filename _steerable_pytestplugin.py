@@ -13,7 +13,12 @@ import pytest
 
 # before steerable.testing.cases is imported anywhere: its plain asserts then show diffs
 pytest.register_assert_rewrite(
-    "steerable.testing.cases", "steerable.testing.rewrite_cases", "steerable.testing.service_cases"
+    "steerable.testing.cases",
+    "steerable.testing.fork_cases",
+    "steerable.testing.journal_cases",
+    "steerable.testing.queue_cases",
+    "steerable.testing.rewrite_cases",
+    "steerable.testing.service_cases",
 )
 
 
@@ -22,7 +27,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "store_abilities(*names): the abilities a store declares to the steerable"
-        " conformance suite (persistent, processes, corruptible, outage, lockable, rewritable)",
+        " conformance suite (persistent, processes, corruptible, outage, lockable, rewritable,"
+        " forkable, journaled, repairable)",
     )
     config.addinivalue_line(
         "markers",

@@ -101,3 +101,16 @@ def hosted_network_attempts(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[st
     monkeypatch.undo()
     if attempts:
         pytest.fail(f"the test tried to reach beyond loopback: {', '.join(attempts)}")
+
+
+SLOW_TIMEOUT = 300
+"""Seconds a test marked ``slow`` may take (pytest-timeout's 120 for the others): a test that
+kills a worker process ten times over on SecantusDB, or starts a framework's import twice, took
+over 120 s on a CI machine with four workers busy."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each ``slow`` test without a timeout of its own :data:`SLOW_TIMEOUT`."""
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))

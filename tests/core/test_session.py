@@ -179,3 +179,55 @@ async def test_the_front_door_refuses_a_save_at_none() -> None:
 async def test_the_front_door_names_a_bad_limit_of_a_take(limit: Any) -> None:
     with pytest.raises(UsageError, match=r"^`limit` is an int"):
         await CheckedStore(MemoryStore()).take_steers("s", at=None, limit=limit)
+
+
+async def test_a_session_forks_at_a_message_and_a_run_goes_on_from_there() -> None:
+    from steerable import MessageNotFound, Runner, ScriptedModel, SessionExists, Spec
+
+    store = MemoryStore()
+    session = open_session("trip", store)
+    first = await Runner.run(Spec(session=session), "plan monday", ScriptedModel(["monday: done"]))
+    await Runner.run(Spec(session=session), "and tuesday", ScriptedModel(["tuesday: done"]))
+    stored = await store.messages("trip")
+    answer = first.transcript[-1]
+    forked = await session.fork("trip-b", at=answer.id)
+    assert forked.id == "trip-b" and forked.stored == 2
+    again = await Runner.run(
+        Spec(session=forked), [*stored[:2], user("friday instead")], ScriptedModel(["friday"])
+    )
+    assert [m.readable for m in again.transcript] == [
+        "plan monday",
+        "monday: done",
+        "friday instead",
+        "friday",
+    ]
+    assert await store.messages("trip") == stored  # the old session is untouched
+    with pytest.raises(SessionExists):
+        await session.fork("trip-b")
+    with pytest.raises(MessageNotFound):
+        await session.fork("trip-c", at="no-such-message")
+    with pytest.raises(UsageError):
+        await session.fork("trip")
+
+
+async def test_a_store_that_cannot_fork_is_told_plainly() -> None:
+    class Plain:  # a Store with no fork
+        async def messages(self, session: str) -> list[Message]:
+            return []
+
+        async def save(
+            self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+        ) -> list[Message]:
+            return []
+
+        async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
+            return []
+
+        async def steer(self, session: str, steer: Steer) -> None:
+            return None
+
+        async def steers(self, session: str) -> list[Steer]:
+            return []
+
+    with pytest.raises(UsageError, match="cannot fork"):
+        await Session("s", Plain()).fork("t")

@@ -24,6 +24,7 @@ from steerable.service.client import (
     Event,
     NotFound,
     ServiceError,
+    TooMany,
     Unauthorized,
 )
 from tests.cli.test_serve import Served
@@ -204,6 +205,73 @@ async def test_problems_are_exceptions_of_our_tree(server: Served) -> None:
     async with Client(server.url, token="nobody-asked-for-one") as anyone:
         await anyone.status("s4")  # a server without tokens ignores one
     assert issubclass(Unauthorized, ServiceError)
+
+
+async def test_the_lifecycle_verbs_conditions_and_bounds(tmp_path: Path) -> None:
+    """Every verb of the API beyond send and steer, through a real serve process.
+
+    The turn's two tool calls wait on gates the test opens, so the sends queue behind a
+    turn that is certainly still running (with a timed tool, a loaded machine let the turn
+    end first and the first send started a turn of its own).
+    """
+    gate = tmp_path / "gate"
+    served = Served(
+        f"sqlite:///{tmp_path / 'l.db'}",
+        "--poll",
+        "0.1",
+        "--max-waiting",
+        "4",  # the steer waits for the turn's next step, and three sends behind it
+        "--agent",
+        "tests.service.gated_agent:two_gated_calls",
+        log=tmp_path / "serve.log",
+        env={"STEERABLE_TEST_GATE": str(gate)},
+    ).start()
+    try:
+        async with Client(served.url) as client:
+            first = await client.send("s", "plan", id="p", metadata={"who": "ana"}, if_idle=True)
+            assert (first.state, first.ahead) == ("started", 0)
+            with pytest.raises(Conflict) as busy:
+                await client.send("s", "again", if_idle=True)
+            assert busy.value.code == "session_not_idle"
+            with pytest.raises(Conflict) as other:
+                await client.steer("s", "x", expected_turn="not-this-one")
+            assert other.value.code == "turn_mismatch"
+            for _ in range(600):  # until its first step is done: now the first call waits
+                if ((await client.status("s"))["turn"] or {}).get("steps"):
+                    break
+                await asyncio.sleep(0.05)
+            assert (await client.steer("s", "skip friday", id="st")).turn == "p"
+            queued = [await client.send("s", f"q{i}", id=f"q{i}") for i in range(3)]
+            assert [q.state for q in queued] == ["queued"] * 3
+            with pytest.raises(TooMany) as full:
+                await client.send("s", "one too many")
+            assert full.value.code == "queue_full" and (full.value.retry_after or 0) >= 1
+            assert (await client.cancel("s", "q2"))["state"] == "cancelled"
+            with pytest.raises(Conflict) as answered:
+                await client.cancel("s", "p")
+            assert answered.value.code == "input_not_waiting"
+            await asyncio.to_thread(Path(f"{gate}.1").touch)  # the next step takes the steer
+            steered = await client.steer("s", "skip friday", id="st", wait=30)
+            assert steered.turn == "p" and steered.fate is not None
+            assert steered.fate["state"] == "taken" and steered.fate["turn"] == "p"
+            assert (await client.input("s", "p"))["metadata"] == {"who": "ana"}
+            await client.set_metadata("s", {"title": "Week"})
+            assert (await client.status("s"))["metadata"] == {"title": "Week"}
+            waiting = await client.inputs("s", state="waiting")
+            assert [i["id"] for i in waiting["inputs"]] == ["q0", "q1"]
+            with pytest.raises(Conflict) as running:
+                await client.delete("s")
+            assert running.value.code == "session_busy"
+            await asyncio.to_thread(Path(f"{gate}.2").touch)
+            for turn in ("p", "q0", "q1"):
+                await client.turn("s", turn, wait=30)
+            turns = await client.turns("s")
+            assert [t["id"] for t in turns["turns"]] == ["p", "q0", "q1"]
+            await client.delete("s")
+            with pytest.raises(NotFound):
+                await client.status("s")
+    finally:
+        served.kill()
 
 
 async def test_a_stream_resumed_beyond_the_last_event_is_told_to_refetch(server: Served) -> None:

@@ -336,7 +336,13 @@ async def test_bad_input_is_an_error_answer_and_nothing_is_recorded(
     for op, fields in bad:
         answer = await a.ask(op, session="s", **fields)
         assert answer["ok"] is False and "UsageError" in answer["error"], (op, fields, answer)
-    empty: dict[str, Any] = {"turn": None, "waiting": [], "queued": 0}
+    empty: dict[str, Any] = {
+        "turn": None,
+        "waiting": [],
+        "queued": 0,
+        "waiting_total": 0,
+        "metadata": {},
+    }
     assert await a.call("status", session="s") == {"session": "s"} | empty
     assert await a.call("status", session="nobody") == {"session": "nobody"} | empty
     assert await view.events("s", after=0, limit=10) == []

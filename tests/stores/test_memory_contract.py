@@ -22,7 +22,7 @@ class _Serial:
         pass
 
 
-@pytest.mark.store_abilities("lockable", "rewritable")
+@pytest.mark.store_abilities("lockable", "rewritable", "forkable", "journaled", "repairable")
 class TestMemoryStore(StoreContract):
     @pytest.fixture
     def store_factory(self) -> OpenStore:

@@ -10,7 +10,7 @@ from steerable.stores.memory import MemoryStore
 from steerable.testing import OpenStore, ServiceContract
 
 
-@pytest.mark.store_abilities("rewritable")
+@pytest.mark.store_abilities("rewritable", "forkable", "journaled", "repairable")
 class TestMemoryServiceStore(ServiceContract):
     @pytest.fixture
     def store_factory(self) -> OpenStore:

@@ -1,6 +1,6 @@
 """A process SIGKILLed while it cuts and deletes sessions leaves each session whole.
 
-``rewrite_worker.py`` runs the ops of its ``OPS`` on one session after another, printing
+``ops_worker.py rewrite`` runs its ops on one session after another, printing
 each op as it returns; the test kills it at a random moment, many times, then reads every
 session it touched. A session must look exactly as after its last reported op, or as
 after the next one (the op the kill interrupted committed, or did not): never half a cut
@@ -18,15 +18,16 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from steerable.stores.url import open_url
 
-WORKER = Path(__file__).with_name("rewrite_worker.py")
+WORKER = Path(__file__).with_name("ops_worker.py")
+S = TypeVar("S")
 ROOT = Path(__file__).parents[2]
 KILLS = 10
 # how long after a report the kill may land, per store: about one op (a MongoDB delete is
@@ -77,11 +78,20 @@ async def _state(store: Any, sid: str) -> tuple[int, tuple[str, ...], bool, bool
     return len(messages), waiting, known, events
 
 
-async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int]:
-    """Start the worker, kill it after a random number of ops; the last op done per session."""
+async def kill_once(
+    url: str,
+    prefix: str,
+    rng: random.Random,
+    *,
+    kind: str = "rewrite",
+    aim: tuple[int, ...] = (3, 4),
+) -> dict[int, int]:
+    """Start the worker on ops of ``kind``, kill it after a random number of ops, just
+    after a report that one of the ops ``aim`` follows; the last op done per session."""
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
         str(WORKER),
+        kind,
         url,
         prefix,
         cwd=ROOT,
@@ -93,7 +103,7 @@ async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int
         # a random number of ops, then on to a report the cut or the delete follows (ops 3
         # and 4), so most kills land in the writes under test, not in the ones before them
         count, op = rng.randint(1, 40), -1
-        while count > 0 or op not in (3, 4):
+        while count > 0 or op not in aim:
             line = await asyncio.wait_for(worker.stdout.readline(), 60)
             assert line, "the worker ended before it was killed"
             _, i, op_text = line.decode().split()
@@ -110,22 +120,34 @@ async def _kill_once(url: str, prefix: str, rng: random.Random) -> dict[int, int
     return done
 
 
-@pytest.mark.slow
-async def test_a_kill_mid_cut_or_delete_leaves_each_session_whole(store_url: str) -> None:
-    url = store_url
+async def killed_rounds(
+    url: str,
+    kind: str,
+    aim: tuple[int, ...],
+    after: Mapping[int | None, S],
+    state: Callable[[Any, str], Awaitable[S]],
+) -> None:
+    """Kill the worker on ops of ``kind`` :data:`KILLS` times (aimed after ``aim``), then
+    check every session it touched: as after its last reported op or the next one
+    (``after`` maps an op to what it leaves; None: before any), the finished ones as after
+    the last op."""
+    final = max(op for op in after if op is not None)
     rng = random.Random()
     for round in range(KILLS):
-        prefix = f"kill{round}"
-        done = await _kill_once(url, prefix, rng)
+        prefix = f"{kind}{round}"
+        done = await kill_once(url, prefix, rng, kind=kind, aim=aim)
         last = max(done)
         async with open_url(url) as store:
             for i in range(last + 2):
-                state = await _state(store, f"{prefix}-{i}")
+                got = await state(store, f"{prefix}-{i}")
                 if i < last:
-                    assert state == _AFTER[5], f"{prefix}-{i}, deleted before the kill"
+                    assert got == after[final], f"{prefix}-{i}, finished before the kill"
                     continue
                 op = done.get(i)
-                after = None if op is None else op
-                following = 0 if op is None else min(op + 1, 5)
-                allowed = {_AFTER[after], _AFTER[following]}
-                assert state in allowed, f"{prefix}-{i} after op {op}: {state}"
+                following = 0 if op is None else min(op + 1, final)
+                assert got in {after[op], after[following]}, f"{prefix}-{i} after {op}: {got}"
+
+
+@pytest.mark.slow
+async def test_a_kill_mid_cut_or_delete_leaves_each_session_whole(store_url: str) -> None:
+    await killed_rounds(store_url, "rewrite", (3, 4), _AFTER, _state)

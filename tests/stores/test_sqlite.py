@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 
 from steerable import codec
-from steerable.errors import Fenced, StoreUnavailable, UsageError
-from steerable.messages import user
+from steerable.errors import Fenced, SessionExists, StoreUnavailable, UsageError
+from steerable.messages import assistant, user
 from steerable.service_store import Input, Outcome
-from steerable.stores._sqlite_service import CLAIMABLE, LENGTH
-from steerable.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+from steerable.store import Steer
+from steerable.stores._sqlite_rows import LENGTH
+from steerable.stores._sqlite_service import CLAIMABLE
+from steerable.stores.sqlite import FORK_COPY, SCHEMA_VERSION, SQLiteStore
+from tests.stores.racing import race
 
 
 @pytest.mark.parametrize(
@@ -106,10 +109,11 @@ async def test_a_version_1_file_is_upgraded_on_open_and_keeps_its_data(tmp_path:
         await store.step(claim.lease, [claim.prompt.message(steered=False)], at=1, take=0)
         assert [m.id for m in await store.messages("s")] == ["m0", "p"]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert _tables(path) == [
         "steerable_events",
         "steerable_inputs",
+        "steerable_journal",
         "steerable_messages",
         "steerable_service",
         "steerable_steers",
@@ -146,6 +150,18 @@ def test_a_scanning_claim_and_a_step_read_indexes_not_tables(tmp_path: Path) -> 
     assert [row[3] for row in length] == [
         "SEARCH steerable_messages USING COVERING INDEX steerable_messages_position (session=?)"
     ]
+
+
+def test_a_fork_copies_through_the_position_index(tmp_path: Path) -> None:
+    # the copy reads the old session's rows through the position, never the whole table
+    path = tmp_path / "plan.db"
+    asyncio.run(_open(path))
+    with sqlite3.connect(path) as db:
+        copy = db.execute(f"EXPLAIN QUERY PLAN {FORK_COPY}", ("new", "old", 9)).fetchall()
+    assert "SEARCH steerable_messages USING INDEX steerable_messages_position" in " | ".join(
+        row[3] for row in copy
+    )
+    assert not [row[3] for row in copy if row[3].startswith("SCAN steerable_messages")]
 
 
 async def _open(path: Path) -> None:
@@ -269,3 +285,75 @@ async def test_claimers_in_four_processes_run_each_turn_once(tmp_path: Path) -> 
             ]
             assert [(e.turn, e.data["epoch"]) for e in started] == [(f"s{i}-1", 1), (f"s{i}-2", 2)]
             assert [m.id for m in await store.messages(f"s{i}")] == [f"s{i}-1", f"s{i}-2"]
+
+
+async def test_a_fork_keeps_each_message_s_stored_time(tmp_path: Path) -> None:
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        messages = [user("one"), assistant("two"), user("three")]
+        for position, message in enumerate(messages):
+            await store.save("old", [message], at=position)
+            await asyncio.sleep(0.01)  # each a time of its own
+        assert await store.fork("old", "new", through=messages[1].id) == 2
+        old = await store.transcript("old", after=-1, limit=10)
+        new = await store.transcript("new", after=-1, limit=10)
+    assert len({e.at for e in old}) == 3
+    assert [(e.position, e.message, e.at) for e in new] == [
+        (e.position, e.message, e.at) for e in old[:2]
+    ]
+
+
+def _forker(path: Path, source: str, targets: list[str], together: Any, out: Any) -> None:
+    """A process forking ``source`` into each of ``targets``, each fork started at once with
+    the other processes' (``together``, a barrier); the source and the targets it won."""
+
+    async def main() -> tuple[str, list[str]]:
+        won: list[str] = []
+        loop = asyncio.get_running_loop()
+        async with SQLiteStore(path) as store:
+            await store.steers("warm")  # connected before the race starts
+            for target in targets:
+                await loop.run_in_executor(None, together.wait, 60)
+                try:
+                    await store.fork(source, target)
+                except SessionExists:
+                    continue
+                won.append(target)
+        return source, won
+
+    try:
+        out.put(asyncio.run(main()))
+    except BaseException as exc:  # the parent fails fast with the real error
+        out.put(f"forker failed: {exc!r}")
+        raise
+
+
+async def test_forks_into_the_same_sessions_from_four_processes_make_each_once(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    targets = [f"t{i}" for i in range(40)]
+    async with SQLiteStore(path) as store:
+        for k in range(4):  # sources of different lengths: a target shows who won it
+            await store.save(f"s{k}", [user(f"s{k} m{n}") for n in range(k + 1)], at=0)
+        got = await race(_forker, [(path, f"s{k}", targets) for k in range(4)])
+        won: dict[str, list[str]] = dict(got)
+        assert sorted(t for ts in won.values() for t in ts) == sorted(targets)  # each won once
+        assert sum(1 for ts in won.values() if ts) >= 2, "one process won everything: no race"
+        for source, wins in won.items():
+            for target in wins:  # whole, and the winner's
+                assert await store.messages(target) == await store.messages(source)
+
+
+async def test_a_deleted_session_is_free_for_a_fork_again(tmp_path: Path) -> None:
+    # delete keeps the session's service row (its epoch): that row alone is nothing
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        await store.save("old", [user("one"), assistant("two")], at=0)
+        await store.save("gone", [user("mine")], at=0)
+        await store.steer("gone", Steer("a steer", "w1"))
+        await store.enqueue("gone", Input("send", "queued"))
+        await store.set_metadata("gone", {"title": "gone"})
+        with pytest.raises(SessionExists):
+            await store.fork("old", "gone")
+        assert await store.delete("gone")
+        assert await store.fork("old", "gone") == 2
+        assert await store.messages("gone") == await store.messages("old")

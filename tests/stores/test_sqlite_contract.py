@@ -72,11 +72,29 @@ class _SQLite:
             db.close()
 
 
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable", "rewritable")
+@pytest.mark.store_abilities(
+    "persistent",
+    "processes",
+    "corruptible",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
+)
 class TestSQLiteStore(_SQLite, StoreContract):
     """The store contract."""
 
 
-@pytest.mark.store_abilities("persistent", "processes", "corruptible", "lockable", "rewritable")
+@pytest.mark.store_abilities(
+    "persistent",
+    "processes",
+    "corruptible",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
+)
 class TestSQLiteServiceStore(_SQLite, ServiceContract):
     """The service store contract, on the same kind of file."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from steerable.service_store import Input, SessionState, prefix_end
-from steerable.stores._sqlite_service import listing_query
+from steerable.stores._sqlite_views import listing_query
 from steerable.stores.sqlite import SQLiteStore
 
 _IDS = ["", "a", "a/", "a/b", "a/\U0010ffff", "a0", "b", "\ud7ff", "\ue000", "\U0010ffff", "z"]

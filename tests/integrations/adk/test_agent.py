@@ -19,7 +19,7 @@ from google.genai import types
 
 from steerable.events import Event as LiveEvent
 from steerable.integrations.adk import ADKAgent
-from steerable.integrations.adk._agent import _Deltas
+from steerable.integrations.adk._live import Live
 from steerable.messages import Message
 from steerable.models.base import TextDelta
 from steerable.service import Service
@@ -127,7 +127,7 @@ async def test_a_watched_turn_sends_the_model_text_as_deltas_once_each(
 
 async def test_only_the_model_text_is_a_delta_not_the_prompt_or_a_thought() -> None:
     sent: list[object] = []
-    deltas = _Deltas(sent.append)
+    deltas = Live(sent.append)
     prompt = types.Content(role="user", parts=[types.Part(text="the prompt")])
     await deltas.see(Event(author="user", content=prompt))  # run_async(yield_user_message=True)
     thought = types.Part(text="hmm", thought=True)

@@ -8,6 +8,7 @@ three deltas; the call before it must give none.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from openai.types.responses import (
 )
 
 from steerable import Message, Session, user
-from steerable.events import Event
+from steerable.events import Event, ToolStarted
 from steerable.integrations.openai_agents import OpenAIAgentsAgent
 from steerable.models.base import TextDelta
 from steerable.service import Service, Turn
@@ -70,8 +71,8 @@ async def _serve_with_a_steer(live: bool) -> Served:
     deltas: list[tuple[str, str, str]] = []
 
     def sink(session: str, turn: str, event: Event) -> None:
-        assert isinstance(event, TextDelta)  # the only event the agent sends
-        deltas.append((session, turn, event.text))
+        if isinstance(event, TextDelta):  # the tool's events: test_live_tools
+            deltas.append((session, turn, event.text))
 
     agent = OpenAIAgentsAgent(Agent(name="a", model=model, tools=[look]))
     service = Service(MemoryStore(), agent, poll=0.05, live=sink if live else None)
@@ -107,7 +108,8 @@ async def test_under_the_service_the_deltas_join_to_the_answer_and_the_steer_lan
     assert [call.streamed for call in plain.model.calls] == [False, False]
     assert [c.input for c in streamed.model.calls] == [c.input for c in plain.model.calls]
     assert _shape(streamed.stored) == _shape(plain.stored)
-    assert plain.outcome == done
+    untimed = {"started_at": None, "ended_at": None}
+    assert dataclasses.replace(plain.outcome, **untimed) == dataclasses.replace(done, **untimed)
 
 
 def _shape(stored: list[Message]) -> list[tuple[object, ...]]:
@@ -176,4 +178,5 @@ async def test_a_stop_during_a_streamed_turn_cancels_the_sdk_run_and_waits_for_i
     assert outcome == Outcome("stopped")
     # the SDK's run loop (a task of its own) was cancelled before the turn ended, not left on
     assert cancelled.is_set()
-    assert events == [] and len(model.calls) == 1
+    # the call started and never ended; the model gave no text
+    assert [type(e) for e in events] == [ToolStarted] and len(model.calls) == 1

@@ -99,9 +99,11 @@ def app_over(
     tokens: dict[str, str] | None = None,
     serve: bool = True,
     replica: str | None = None,
+    service_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Build:
-    """A builder of the app over the store at ``url``, with the demo agent by default."""
+    """A builder of the app over the store at ``url``, with the demo agent by default;
+    ``service_options`` go to the Service, the other options to ``create_app``."""
 
     @asynccontextmanager
     async def build() -> AsyncIterator[FastAPI]:
@@ -113,6 +115,7 @@ def app_over(
                 poll=0.05,
                 live=live.sink,
                 replica=replica,
+                **(service_options or {}),
             )
             yield create_app(service, tokens=tokens, live=live, serve=serve, **options)
 

@@ -66,13 +66,14 @@ async def ended(http: httpx.AsyncClient, sid: str, turn: str) -> dict[str, Any]:
 async def test_a_send_runs_a_turn_and_every_view_shows_it(client: httpx.AsyncClient) -> None:
     sent = await client.post("/v1/sessions/s1/messages", json={"text": "hello", "id": "m1"})
     assert sent.status_code == 202
-    assert sent.json() == {"id": "m1", "turn": "m1", "state": "started"}
+    assert sent.json() == {"id": "m1", "turn": "m1", "state": "started", "ahead": 0}
     done = await ended(client, "s1", "m1")
     assert done["state"] == "completed"
     assert done["output"] == "answered: hello"
     assert done["holder"] is None and done["steps"] >= 1
     page = (await client.get("/v1/sessions/s1/transcript")).json()
     first = page["messages"][0]
+    assert isinstance(first.pop("at"), float)
     assert first == {
         "position": 0,
         "id": "m1",
@@ -85,6 +86,7 @@ async def test_a_send_runs_a_turn_and_every_view_shows_it(client: httpx.AsyncCli
     assert kinds == ["text", "tool_call", "tool_result", "text"]
     assert page["next"] is None
     fate = (await client.get("/v1/sessions/s1/inputs/m1")).json()
+    assert isinstance(fate.pop("at"), float)
     assert fate == {
         "id": "m1",
         "kind": "send",
@@ -93,9 +95,18 @@ async def test_a_send_runs_a_turn_and_every_view_shows_it(client: httpx.AsyncCli
         "state": "turn",
         "turn": "m1",
         "step": None,
+        "metadata": {},
     }
     status = (await client.get("/v1/sessions/s1")).json()
-    assert status == {"session": "s1", "turn": None, "waiting": [], "queued": 0}
+    assert status == {
+        "session": "s1",
+        "turn": None,
+        "waiting": [],
+        "waiting_total": 0,
+        "waiting_next": None,
+        "queued": 0,
+        "metadata": {},
+    }
 
 
 async def test_a_steer_is_taken_at_the_next_step_and_a_send_queues(
@@ -105,9 +116,9 @@ async def test_a_steer_is_taken_at_the_next_step_and_a_send_queues(
     await until_running(client, "s")
     steer = await client.post("/v1/sessions/s/steers", json={"text": "skip friday", "id": "st"})
     assert steer.status_code == 202
-    assert steer.json() == {"id": "st", "turn": "p"}
+    assert steer.json() == {"id": "st", "turn": "p", "fate": None}
     later = await client.post("/v1/sessions/s/messages", json={"text": "next", "id": "n"})
-    assert later.json() == {"id": "n", "turn": "n", "state": "queued"}
+    assert later.json() == {"id": "n", "turn": "n", "state": "queued", "ahead": 1}
     done = await ended(client, "s", "p")
     assert done["output"] == "answered: plan | skip friday"
     assert done["steers_taken"] == 1
@@ -141,7 +152,14 @@ async def test_the_listing_pages_by_id_with_each_state(client: httpx.AsyncClient
     assert [s["session"] for s in first["sessions"]] == ["a", "b"]
     assert first["next"] == "b"
     assert {s["state"] for s in first["sessions"]} == {"idle"}
-    assert set(first["sessions"][0]) == {"session", "state", "turn", "queued", "updated_at"}
+    assert set(first["sessions"][0]) == {
+        "session",
+        "state",
+        "turn",
+        "queued",
+        "updated_at",
+        "metadata",
+    }
     rest = (await client.get("/v1/sessions", params={"limit": 2, "after": "b"})).json()
     assert [s["session"] for s in rest["sessions"]] == ["c"]
     assert rest["next"] is None
@@ -169,7 +187,16 @@ async def test_the_same_key_and_body_is_one_input_with_the_same_answer(
     first = await client.post("/v1/sessions/s/messages", json={"text": "once"}, headers=headers)
     again = await client.post("/v1/sessions/s/messages", json={"text": "once"}, headers=headers)
     assert first.status_code == again.status_code == 202
-    assert first.json() == again.json() == {"id": "k1", "turn": "k1", "state": "started"}
+    assert (
+        first.json()
+        == again.json()
+        == {
+            "id": "k1",
+            "turn": "k1",
+            "state": "started",
+            "ahead": 0,
+        }
+    )
     await ended(client, "s", "k1")
     page = (await client.get("/v1/sessions/s/transcript")).json()
     assert [
@@ -219,7 +246,9 @@ async def test_a_body_id_and_another_key_is_409(client: httpx.AsyncClient) -> No
         ("GET", "/v1/sessions/s/turns/nope", "turn_not_found"),
         ("GET", "/v1/sessions/s/inputs/nope", "input_not_found"),
         ("GET", "/v2/anything", "not_found"),
-        ("DELETE", "/v1/sessions/s", "method_not_allowed"),
+        ("DELETE", "/v1/sessions/nobody", "session_not_found"),
+        ("DELETE", "/v1/sessions/s/inputs/nope", "input_not_found"),
+        ("PATCH", "/v1/sessions/s", "method_not_allowed"),
     ],
 )
 async def test_what_does_not_exist_is_a_404_with_its_code(
@@ -398,10 +427,10 @@ class FlakyStore(MemoryStore):
 
     down = False
 
-    async def status(self, session: str) -> Status:
+    async def status(self, session: str, *, limit: int = 100) -> Status:
         if self.down:
             raise StoreUnavailable("the test took the store down")
-        return await super().status(session)
+        return await super().status(session, limit=limit)
 
 
 async def test_readiness_follows_the_store_and_liveness_does_not() -> None:
@@ -436,6 +465,10 @@ async def test_the_schema_describes_every_route_its_problems_and_the_stream() ->
         "/v1/sessions/{sid}/turns/{tid}",
         "/v1/sessions/{sid}/inputs/{id}",
         "/v1/sessions/{sid}/events",
+        "/v1/sessions/{sid}/inputs",
+        "/v1/sessions/{sid}/turns",
+        "/v1/sessions/{sid}/metadata",
+        "/v1/sessions/{sid}/fork",
     }
     for name, path in paths.items():
         for operation in path.values():
@@ -474,6 +507,12 @@ async def test_each_operation_has_the_name_a_generated_client_would_want() -> No
         "GET /v1/sessions/{sid}/turns/{tid}": "get_turn",
         "GET /v1/sessions/{sid}/inputs/{id}": "get_input",
         "GET /v1/sessions/{sid}/events": "follow_events",
+        "GET /v1/sessions/{sid}/inputs": "list_inputs",
+        "DELETE /v1/sessions/{sid}/inputs/{id}": "cancel_input",
+        "GET /v1/sessions/{sid}/turns": "list_turns",
+        "PUT /v1/sessions/{sid}/metadata": "set_metadata",
+        "DELETE /v1/sessions/{sid}": "delete_session",
+        "POST /v1/sessions/{sid}/fork": "fork_session",
     }
 
 

@@ -49,9 +49,9 @@ async def test_head_is_answered_wherever_get_is_with_its_headers_and_no_body(
         assert head.content == b"", path
         for name in ("content-type", "content-length"):
             assert head.headers.get(name) == got.headers.get(name), (path, name)
-    refused = await client.delete("/v1/sessions/s")
+    refused = await client.patch("/v1/sessions/s")
     is_problem(refused, 405, "method_not_allowed")
-    assert refused.headers["allow"] == "GET, HEAD"
+    assert set(refused.headers["allow"].split(", ")) >= {"GET", "HEAD"}
 
 
 async def test_head_of_an_event_stream_ends_after_its_headers(

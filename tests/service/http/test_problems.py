@@ -15,8 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from steerable.errors import UsageError
 from steerable.service import Service
 from steerable.service.http import create_app
+from steerable.service.http._context import MAX_AFTER
 from steerable.service.http._problems import _validation_detail
-from steerable.service.http._routes import MAX_AFTER
 from steerable.service_store import Status
 from steerable.stores.memory import MemoryStore
 from tests.service.http.test_api import is_problem
@@ -164,7 +164,7 @@ def test_a_rule_whose_message_repeats_the_input_is_told_by_its_kind() -> None:
 class PickyStore(MemoryStore):
     """A memory store that refuses every status read with a message quoting the session."""
 
-    async def status(self, session: str) -> Status:
+    async def status(self, session: str, *, limit: int = 100) -> Status:
         raise UsageError(f"no status for {session!r}")
 
 

@@ -231,3 +231,63 @@ async def test_a_reply_s_deltas_come_after_the_events_its_step_stored(
         first_delta = next(i for i, f in enumerate(mine) if f.event == "delta")
         steps = [i for i, f in enumerate(mine) if f.event == "step"]
         assert len(steps) == 2 and steps[-1] < first_delta, [f.event for f in mine]
+
+
+async def _quiet_then_send(
+    reader: httpx.AsyncClient, writer: httpx.AsyncClient, *, quiet: float
+) -> float:
+    """Seconds from a send (through ``writer``) to its ``input`` event on a stream of
+    ``reader`` that had been quiet for ``quiet`` seconds (its poll backed off by then)."""
+    loop = asyncio.get_running_loop()
+    sent_at = 0.0
+
+    async def send() -> None:
+        nonlocal sent_at
+        await asyncio.sleep(quiet)
+        sent_at = loop.time()
+        answer = await writer.post("/v1/sessions/s/messages", json={"text": "go", "id": "late"})
+        assert answer.status_code == 202
+
+    def arrived(seen: list[Frame]) -> bool:
+        return any(f.event == "input" and f.json()["data"]["id"] == "late" for f in seen)
+
+    task: asyncio.Task[None] | None = None
+
+    async def start() -> None:
+        nonlocal task
+        task = asyncio.create_task(send())
+
+    await read_until(reader, "s", arrived, then=start)
+    assert task is not None
+    await task
+    return loop.time() - sent_at
+
+
+async def test_a_write_wakes_the_stream_rather_than_waiting_for_its_poll(
+    serve_app: Callable[[Build], LiveServer], store_url: str
+) -> None:
+    """The stream polls at most every 300 s here: the send's wake brings its event."""
+    server = serve_app(app_over(store_url, serve=False, poll=300.0))
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+        await http.post("/v1/sessions/s/messages", json={"text": "first", "id": "a"})
+        waited = await _quiet_then_send(http, http, quiet=8.0)
+    assert waited < 4.0  # polled, the stream would next read the store 6 to 13 s on
+
+
+async def test_a_write_on_one_replica_wakes_a_stream_on_another(
+    postgres_url: str, serve_app: Callable[[Build], LiveServer]
+) -> None:
+    """Over Postgres the wake goes through NOTIFY: a send to replica 2 reaches a stream of
+    replica 1 (which polls at most every 300 s) at once."""
+    one = serve_app(app_over(postgres_url, serve=False, replica="one", poll=300.0))
+    two = serve_app(app_over(postgres_url, serve=False, replica="two"))
+    for server in (one, two):
+        assert server.app is not None
+        await asyncio.wait_for(_listening(server.app, server), HANG)
+    async with (
+        httpx.AsyncClient(base_url=one.url, timeout=60) as first,
+        httpx.AsyncClient(base_url=two.url, timeout=60) as second,
+    ):
+        await second.post("/v1/sessions/s/messages", json={"text": "first", "id": "a"})
+        waited = await _quiet_then_send(first, second, quiet=8.0)
+    assert waited < 4.0

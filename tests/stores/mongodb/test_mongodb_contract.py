@@ -82,7 +82,15 @@ class _HeadHeld:
 # collector (PYTHON-5867); the outage hook collects it itself, so no later test trips on it.
 @pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning")
 @pytest.mark.store_abilities(
-    "persistent", "processes", "corruptible", "outage", "lockable", "rewritable"
+    "persistent",
+    "processes",
+    "corruptible",
+    "outage",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
 )
 class TestMongoStore(StoreContract):
     lifespan = _database

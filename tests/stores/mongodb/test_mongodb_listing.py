@@ -11,7 +11,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 
 from steerable.service_store import Input, Outcome
 from steerable.stores.mongodb import MongoStore, migrate
-from steerable.stores.mongodb._service import listing_cursor, listing_filter
+from steerable.stores.mongodb._views import listing_cursor, listing_filter
 from tests.stores.mongodb._server import scratch_database
 
 pytestmark = pytest.mark.usefixtures("mongo_server")

@@ -1,6 +1,7 @@
 """What the MongoDB store's migrations do beyond every server store's (those:
 tests/stores/test_server_migrations.py): the index, reads before the migrations, the
-layout of ``create_indexes``, and a database of layout 1 converted by step 2."""
+layout of ``create_indexes``, a database of layout 1 converted by step 2, and a service's
+queue of version 3 carried on by step 4."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import pytest
 from pymongo.asynchronous.database import AsyncDatabase
 
 from steerable import codec
-from steerable.errors import InvalidMessage, StoreUnavailable
+from steerable.errors import InvalidMessage, QueueFull, StoreUnavailable
 from steerable.messages import Message, user
+from steerable.service_store import Input, Outcome
 from steerable.store import Steer
 from steerable.stores.mongodb import COLLECTIONS, MIGRATIONS, MongoStore, migrate
+from steerable.stores.mongodb import _layout as layout
 from tests.stores.mongodb._server import scratch_database
 
 pytestmark = pytest.mark.usefixtures("mongo_server")
@@ -125,3 +128,69 @@ async def test_step_2_converts_a_database_of_layout_1(db: AsyncDatabase[Any]) ->
         ]
         with pytest.raises(InvalidMessage, match="m-4"):
             await store.save(sid, [user("again", id="m-4")], at=8)
+
+
+# -- step 4 ------------------------------------------------------------------------------
+
+
+async def _as_version_3(db: AsyncDatabase[Any]) -> None:
+    """Take from a migrated database what step 4 and the writes after it added: the
+    version, the indexes, the waiting counts, the turns' seqs, the times, the metadata (the
+    head of session ``v`` holds small messages only); and step 5's journal."""
+    await db["steerable_schema"].delete_many({"_id": {"$gte": 4}})
+    await db.drop_collection("steerable_journal")  # step 5's
+    for collection, name, _, _ in layout.QUEUE_INDEXES:
+        await db[collection].drop_index(name)
+    await db["steerable_service"].update_many({}, {"$unset": {"wt": ""}})
+    await db["steerable_turns"].update_many({}, {"$unset": {"n": "", "sa": "", "ea": "", "us": ""}})
+    await db["steerable_inputs"].update_many({}, {"$unset": {"at": "", "md": ""}})
+    unstamped = {
+        "$map": {"input": "$tail", "in": {"i": "$$this.i", "b": "$$this.b", "z": "$$this.z"}}
+    }
+    await db["steerable_sessions"].update_one({"_id": "v"}, [{"$set": {"tail": unstamped}}])
+
+
+async def test_step_4_keeps_a_database_of_version_3(db: AsyncDatabase[Any]) -> None:
+    """A session with an ended turn, a running one with a steer offered and a send queued:
+    migrated, its counts and turns are whole, and the queue goes on where it was."""
+    await migrate(db)
+    store = MongoStore(db)
+    await store.enqueue("v", Input("send", "first", "t1"))
+    first = await store.claim("a", seconds=60, cap=16, session="v")
+    assert first is not None
+    await store.step(first.lease, [first.prompt.message(steered=False)], at=0, take=16)
+    await store.end_turn(first.lease, Outcome("completed"))
+    await store.enqueue("v", Input("send", "second", "t2"))
+    claim = await store.claim("a", seconds=60, cap=16, session="v")
+    assert claim is not None
+    await store.step(claim.lease, [claim.prompt.message(steered=False)], at=1, take=16)
+    await store.enqueue("v", Input("steer", "and this", "s"))
+    await store.enqueue("v", Input("send", "then", "u"))
+    await _as_version_3(db)
+    head = await db["steerable_sessions"].find_one({"_id": "v"})
+    assert head is not None and all("a" not in entry for entry in head["tail"])
+
+    old = MongoStore(db)
+    with pytest.raises(StoreUnavailable, match=r"step 4"):
+        await old.enqueue("v", Input("send", "refused"))
+    assert await migrate(db) == [4, 5]
+    store = MongoStore(db)
+    status = await store.status("v")
+    assert (status.waiting_total, status.queued) == (2, 1)
+    assert [(w.id, w.turn, w.at) for w in status.waiting] == [("s", "t2", 0.0), ("u", None, 0.0)]
+    turns = await store.turns("v", after=0, limit=10)
+    assert [(t.id, t.seq, t.state, t.started_at) for t in turns] == [
+        ("t1", 1, "completed", None),
+        ("t2", 2, "running", None),
+    ]
+    assert [e.at for e in await store.transcript("v", after=-1, limit=10)] == [None, None]
+    assert await store.stop("v") == "t2" and await store.stopping("a") == ["v"]
+    with pytest.raises(QueueFull):
+        await store.enqueue("v", Input("send", "full"), max_waiting=2)
+    await store.end_turn(claim.lease, Outcome("stopped"))
+    ended = (await store.events("v", after=0, limit=100))[-1]
+    assert ended.data == {"state": "stopped", "released": ["s"]}
+    follow = await store.claim("a", seconds=60, cap=16, session="v")
+    assert follow is not None and follow.turn == "s"
+    assert [t.seq for t in await store.turns("v", after=0, limit=10)] == [1, 2, 3]
+    assert (await store.status("v")).waiting_total == 1

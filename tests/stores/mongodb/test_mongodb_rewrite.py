@@ -4,7 +4,9 @@ The contract's transcripts fit in the head; here they reach into chunks and blob
 inside a chunk, a cut that removes blobs, a cut that finishes (or calls off) a flush a dead
 flusher left marked, a delete that leaves no document of the session but its service
 document, none left of a session the service never saw, the cut's lock on the service
-document (a claim waits for it), and a SIGKILL at every command of a cut and of a delete.
+document (a claim waits for it), and a SIGKILL at every command of a cut, of a delete, of
+a fork and of a replace (which take the same lock, :mod:`steerable.stores.mongodb._fork`,
+:mod:`steerable.stores.mongodb._replace`).
 """
 
 from __future__ import annotations
@@ -293,9 +295,26 @@ async def _delete(store: MongoStore, sid: str) -> None:
     await store.delete(sid)
 
 
+async def _fork(store: MongoStore, sid: str) -> None:
+    await store.fork(sid, f"{sid}-fork")
+
+
+SWAPPED = [user("swapped in", id="swap"), assistant("Z" * 100_000, id="swap-blob")]
+
+
+async def _replace(store: MongoStore, sid: str) -> None:
+    """The tail from 3 (into the first chunk, past a blob and a taken steer) for two new
+    messages (one a blob) and two of the removed ones again."""
+    old = [m.id for m in (await store.messages(sid))[3:]]
+    again = list((await store.messages(sid))[3:5])
+    await store.replace(sid, at=3, old=old, messages=[*SWAPPED, *again])
+
+
 VERBS: dict[str, Callable[[MongoStore, str], Coroutine[Any, Any, None]]] = {
     "truncate": _cut,
     "delete": _delete,
+    "fork": _fork,
+    "replace": _replace,
 }
 
 
@@ -395,9 +414,25 @@ async def _check(
 ) -> None:
     messages = await store.messages(sid)
     waiting = [s.id for s in await store.steers(sid)]
+    if verb == "fork":  # the old session as it was; the new one whole or absent
+        assert (messages, waiting) == (before, ["k-2"])
+        new = f"{sid}-fork"
+        assert await store.messages(new) == (before if committed else [])
+        if not committed:
+            assert await store.fork(sid, new) == len(before)
+        assert [s.id for s in await store.steers(new)] == []
+        await store.save(new, [user("the fork goes on")], at=len(before))
+        return
     if not committed:
         assert (messages, waiting) == (before, ["k-2"])
         assert await store.input(sid, "p") is not None
+        return
+    if verb == "replace":  # the steer k-1 was cut out: still seen
+        assert (messages, waiting) == ([*before[:3], *SWAPPED, *before[3:5]], ["k-2"])
+        await store.steer(sid, Steer("sent again", "k-1"))
+        assert [s.id for s in await store.steers(sid)] == ["k-2"]
+        await store.save(sid, before[5:7], at=7)
+        assert (await store.messages(sid))[7:] == before[5:7]
         return
     if verb == "truncate":
         assert (messages, waiting) == (before[:3], ["k-2"])

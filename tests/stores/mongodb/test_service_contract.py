@@ -35,7 +35,15 @@ pytestmark = pytest.mark.usefixtures("mongo_server")
 
 @pytest.mark.filterwarnings("ignore:unclosed <socket:ResourceWarning")
 @pytest.mark.store_abilities(
-    "persistent", "processes", "corruptible", "outage", "lockable", "rewritable"
+    "persistent",
+    "processes",
+    "corruptible",
+    "outage",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
 )
 class TestMongoServiceStore(ServiceContract):
     lifespan = _database
@@ -117,7 +125,7 @@ async def test_step_3_keeps_a_database_of_version_2() -> None:
             {"_id": "x", "s": "x", "n": 0, "base": 0, "tb": 0, "mv": 0, "tail": [], "k": []}
         )
         assert earlier == [1, 2]
-        assert await migrate(db) == [3] and SCHEMA_VERSION == 3
+        assert await migrate(db) == [3, 4, 5] and SCHEMA_VERSION == 5
         store = MongoStore(db)
         await store.save("x", [user("kept")], at=0)
         await store.enqueue("x", Input("send", "then", "t"))

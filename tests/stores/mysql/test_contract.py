@@ -91,7 +91,17 @@ class _Hooks(StoreContract):
             holder.close()
 
 
-ABILITIES = ("persistent", "processes", "corruptible", "outage", "lockable", "rewritable")
+ABILITIES = (
+    "persistent",
+    "processes",
+    "corruptible",
+    "outage",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
+)
 
 
 @pytest.mark.store_abilities(*ABILITIES)

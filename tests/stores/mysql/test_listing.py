@@ -10,7 +10,7 @@ import pytest
 from steerable.messages import new_id
 from steerable.service_store import Input, SessionState
 from steerable.stores.mysql import MySQLStore
-from steerable.stores.mysql._service import listing_query
+from steerable.stores.mysql._views import listing_query
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,16 @@ async def test_the_tables_are_innodb_and_compare_bytes(empty: Any) -> None:
     )
     assert sorted(tables) == [
         (f"steerable_{t}", "InnoDB", "utf8mb4_bin")
-        for t in ("events", "inputs", "messages", "service", "sessions", "steers", "turns")
+        for t in (
+            "events",
+            "inputs",
+            "journal",
+            "messages",
+            "service",
+            "sessions",
+            "steers",
+            "turns",
+        )
     ]
 
 
@@ -63,3 +72,25 @@ async def test_a_database_of_the_old_schema_statements_is_adopted(empty: Any) ->
         await store.messages("s")  # it records no version: the store cannot tell it
     assert await migrate(empty) == _LATEST  # step 1 again: every statement is idempotent
     assert [m.text for m in await store.messages("s")] == ["kept"]
+
+
+async def test_a_database_of_schema_3_gets_the_journal_from_step_4(
+    empty: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert await migrate(empty) == [1, 2, 3]
+    monkeypatch.undo()
+    await _query(
+        empty,
+        "INSERT INTO steerable_messages (session, position, id, body)"
+        f" VALUES ('s', 0, 'k', '{codec.encode(user('kept', id='k'))}')",
+    )
+    store = MySQLStore(empty)
+    with pytest.raises(StoreUnavailable, match=r"version 3;.*step 4 \(the tool journal"):
+        await store.begin_calls("s", ["k"])
+    assert await migrate(empty) == [4]
+    assert [m.text for m in await store.messages("s")] == ["kept"]
+    assert await store.begin_calls("s", ["k"]) == {}
+    assert await store.begin_calls("s", ["k"]) == {"k": None}

@@ -6,20 +6,15 @@ from __future__ import annotations
 
 import asyncio
 
-from steerable.messages import Message, assistant, new_id, user
+from steerable.messages import new_id
 from steerable.service_store import Input
 from steerable.stores.mysql import MySQLStore, migrate
 from tests.stores.mysql import server
+from tests.stores.transcripts import five
 
 
 def _sid() -> str:
     return f"my-rewrite-{new_id()}"
-
-
-async def _five(store: MySQLStore, sid: str) -> list[Message]:
-    messages = [user("one"), assistant("two"), user("three"), assistant("four"), user("five")]
-    await store.save(sid, messages, at=0)
-    return messages
 
 
 async def test_a_claim_that_waited_behind_a_cut_reads_the_cut_transcript() -> None:
@@ -31,7 +26,7 @@ async def test_a_claim_that_waited_behind_a_cut_reads_the_cut_transcript() -> No
     async with server.scratch_database() as pool:
         await migrate(pool)
         store, sid = MySQLStore(pool), _sid()
-        messages = await _five(store, sid)
+        messages = await five(store, sid)
         await store.enqueue(sid, Input("send", "go", "t"))
         holder = await pool.acquire()
         try:
@@ -60,7 +55,7 @@ async def test_a_session_the_service_never_saw_gets_no_service_row(store: MySQLS
         sql = "SELECT count(*) FROM steerable_service WHERE session = %s"
         return int((await server.query(sql, (sid,)))[0][0])
 
-    await _five(store, sid)
+    await five(store, sid)
     await store.truncate(sid, at=3)
     assert await rows() == 0
     assert await store.delete(sid) is True

@@ -1,5 +1,6 @@
 """A step costs one round trip: the save and the take are one statement, the core's and the
-service's (fenced) alike.
+service's (fenced) alike. A fork is the same eight statements however many messages it
+copies: the server copies them.
 
 Counted by the server: ``Questions`` counts the statements a client sent on its
 connection (not those a stored procedure runs), read before and after on the pool's only
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from steerable.messages import new_id, user
+from steerable.messages import assistant, new_id, user
 from steerable.service_store import Input
 from steerable.store import Steer
 from steerable.stores.mysql import MySQLStore
@@ -98,3 +99,40 @@ async def test_a_service_step_is_one_statement_steered_or_not(autocommit: bool) 
             assert [m.id for m in taken] == ["s"]
 
         assert await _statements(pool, steered) == 1
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
+async def test_the_stop_poll_is_one_statement(autocommit: bool) -> None:
+    # a replica without notifications sends it about every 0.2 s while it holds turns
+    sid, holder = f"mysql-{new_id()}", f"poller-{new_id()}"
+    async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
+        store = MySQLStore(pool)
+        await store.enqueue(sid, Input("send", "go", "p"))
+        assert await store.claim(holder, seconds=60, cap=16, session=sid) is not None
+        await store.stop(sid)
+        # without autocommit it is one text, ROLLBACK; SELECT; COMMIT: three to the server
+        sent = 1 if autocommit else 3
+
+        async def poll() -> None:
+            assert await store.stopping(holder) == [sid]
+
+        assert await _statements(pool, poll) == sent
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
+async def test_a_fork_is_eight_statements_however_long(autocommit: bool) -> None:
+    async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
+        store = MySQLStore(pool)
+        await store.check_schema()
+        for length in (1, 1000):
+            old, new = f"mysql-{new_id()}", f"mysql-{new_id()}"
+            messages = [user(f"m{i}") if i % 2 == 0 else assistant(f"a{i}") for i in range(length)]
+            await store.save(old, messages, at=0)
+
+            async def fork(old: str = old, new: str = new, length: int = length) -> None:
+                assert await store.fork(old, new) == length
+
+            # START TRANSACTION, the two locks (three), the check, the copy, the removal of
+            # an empty service row, COMMIT
+            assert await _statements(pool, fork) == 8
+            assert await store.messages(new) == messages

@@ -1,17 +1,19 @@
-"""What the MySQL store's service tables do beyond the service contract: the upgrade from
-schema 1, fencing by epoch alone refused whole (seen in the rows), the claim index, and
+"""What the MySQL store's service tables do beyond the service contract: the upgrades from
+schemas 1 and 2, fencing by epoch alone refused whole (seen in the rows), the claim index, and
 times that do not depend on a connection's time zone."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from typing import Any
 
 import pytest
 
+from steerable import codec
 from steerable.errors import Fenced
 from steerable.messages import assistant, user
-from steerable.service_store import Input, Outcome
+from steerable.service_store import Input, Lease, Outcome
 from steerable.store import Steer
 from steerable.stores.mysql import MIGRATIONS, MySQLStore, migrate
 from tests.stores.mysql import server
@@ -48,7 +50,7 @@ async def test_a_database_of_schema_1_upgrades_keeping_its_data(
         await old.save("s", [user("kept", id="k")], at=0)
         await old.steer("s", Steer("waits", "w"))
         monkeypatch.undo()
-        assert await migrate(pool) == [2]
+        assert await migrate(pool) == [2, 3, 4]
         store = MySQLStore(pool)
         assert [m.text for m in await store.messages("s")] == ["kept"]
         assert [s.id for s in await store.steers("s")] == ["w"]
@@ -56,6 +58,91 @@ async def test_a_database_of_schema_1_upgrades_keeping_its_data(
         claim = await store.claim("a", seconds=60, cap=16, session="s")
         assert claim is not None
         assert (claim.start, [m.text for m in claim.messages]) == (1, ["kept"])
+
+
+# The rows a store of schema 2 left: turn "a" ended, turn "b" running under holder "old"
+# (epoch 2), input "c" queued; the transcript the prompt and the answer of "a".
+_SCHEMA_2_ROWS = (
+    "INSERT INTO steerable_service (session, epoch, holder, expires, running, queued, inputs,"
+    " turns, events) VALUES ('s', 2, 'old', 4102444800, 'b', 1, 3, 2, 0)",
+    "INSERT INTO steerable_inputs (session, seq, id, kind, text, ahead, state, turn) VALUES"
+    " ('s', 1, 'a', 'send', '\"one\"', 0, 'prompt', 'a'),"
+    " ('s', 2, 'b', 'send', '\"two\"', 1, 'prompt', 'b'),"
+    " ('s', 3, 'c', 'send', '\"three\"', 2, 'waiting', NULL)",
+    "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch, steps,"
+    " end_position, answer) VALUES ('s', 'a', 1, 0, 16, 'completed', 1, 1, 2, '\"done\"'),"
+    " ('s', 'b', 2, 2, 16, 'running', 2, 0, NULL, NULL)",
+)
+
+
+async def test_a_database_of_schema_2_upgrades_keeping_its_turns_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with server.scratch_database() as pool:
+        monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert await migrate(pool) == [1, 2]
+        monkeypatch.undo()
+        old = [user("one", id="a"), assistant("done")]
+        batch = json.dumps([[m.id, codec.encode(m)] for m in old])
+        async with pool.acquire() as conn, conn.cursor() as cursor:
+            await cursor.execute("CALL steerable_save_v1('s', 0, 0, %s)", (batch,))
+        for statement in _SCHEMA_2_ROWS:
+            await server.on_pool(pool, statement)
+        assert await migrate(pool) == [3, 4]
+        store = MySQLStore(pool)
+        turns = await store.turns("s", after=0, limit=10)
+        assert [(t.id, t.seq, t.state, t.started_at, t.usage) for t in turns] == [
+            ("a", 1, "completed", None, {}),
+            ("b", 2, "running", None, {}),
+        ]
+        assert turns[1].holder == "old"
+        entries = await store.transcript("s", after=-1, limit=10)
+        assert [(e.turn, e.at) for e in entries] == [("a", None), ("a", None)]
+        waiting = await store.status("s")
+        assert [(w.id, w.at, w.metadata) for w in waiting.waiting] == [("c", 0.0, {})]
+        assert (waiting.waiting_total, waiting.metadata) == (1, {})
+        await store.stop("s")
+        assert await store.stopping("old") == ["s"]
+        lease = Lease("s", "old", 2, 4102444800.0)
+        await store.step(lease, [user("two", id="b"), assistant("stopped")], at=2, take=16)
+        await store.end_turn(lease, Outcome("stopped", usage={"output_tokens": 1}))
+        after = await store.transcript("s", after=1, limit=10)
+        assert all(e.at is not None for e in after) and len(after) == 2
+        ended = await store.turn("s", "b")
+        assert ended is not None and ended.ended_at is not None
+        assert ended.usage == {"output_tokens": 1}
+        claim = await store.claim("new", seconds=60, cap=16, session="s")
+        assert claim is not None and claim.turn == "c" and claim.start == 4
+        started = await store.turn("s", "c")
+        assert started is not None and (started.seq, started.started_at is not None) == (3, True)
+
+
+async def test_a_step_3_cut_off_half_way_runs_again_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with server.scratch_database() as pool:
+        monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert await migrate(pool) == [1, 2]
+            monkeypatch.undo()
+            # a migrator that died after the columns were added, before the version was
+            # recorded (and before it dropped its procedure)
+            for statement in MIGRATIONS[2].steps[:3]:
+                await server.on_pool(pool, statement)
+            assert await migrate(pool) == [3, 4]
+        store = MySQLStore(pool)
+        await store.enqueue("s", Input("send", "go", "t", {"k": 1}))
+        view = await store.input("s", "t")
+        assert view is not None and view.metadata == {"k": 1}
+        procedures = await server.on_pool(
+            pool,
+            "SELECT ROUTINE_NAME FROM information_schema.ROUTINES"
+            " WHERE ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME",
+        )
+        assert [name for (name,) in procedures] == ["steerable_save_v1", "steerable_step_v1"]
 
 
 async def test_a_lease_of_an_older_epoch_is_refused_whole_even_from_the_same_holder(

@@ -46,7 +46,15 @@ class _RowLock:
 
 
 @pytest.mark.store_abilities(
-    "persistent", "processes", "corruptible", "outage", "lockable", "rewritable"
+    "persistent",
+    "processes",
+    "corruptible",
+    "outage",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
 )
 class TestPostgresStore(StoreContract):
     @pytest.fixture

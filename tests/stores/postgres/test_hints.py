@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from steerable.errors import Fenced, StoreUnavailable
+from steerable.errors import Fenced, QueueFull, StoreUnavailable
 from steerable.messages import new_id
 from steerable.service_store import Hint, Input, Notifying, Outcome
 from steerable.stores.postgres import PostgresStore
@@ -77,6 +77,11 @@ async def test_a_refused_write_and_an_end_with_nothing_next_are_not_heard(
         with pytest.raises(Fenced):
             await writer.end_turn(claim.lease, Outcome("completed"))
         assert await writer.stop(sid) is None  # no turn runs: nothing to stop
+        with pytest.raises(QueueFull):  # refused whole, its hint too
+            await writer.enqueue(sid, Input("send", "no room"), max_waiting=0)
+        await writer.enqueue(sid, Input("send", "go", "q"))
+        assert await _next(hints) == Hint("work", sid)
+        await writer.cancel(sid, "q")  # takes work away: nothing to hint
         await writer.enqueue(other, Input("send", "go"))
         assert await _next(hints) == Hint("work", other)
 

@@ -11,7 +11,7 @@ import pytest
 from steerable.messages import new_id
 from steerable.service_store import Input, SessionState
 from steerable.stores.postgres import PostgresStore
-from steerable.stores.postgres._service import _listing
+from steerable.stores.postgres._views import _listing
 
 
 @pytest.mark.parametrize(

@@ -12,21 +12,16 @@ from typing import Any
 import pytest
 
 from steerable.errors import TranscriptConflict
-from steerable.messages import Message, assistant, new_id, user
+from steerable.messages import assistant, new_id
 from steerable.service_store import Input
 from steerable.store import Steer
 from steerable.stores.postgres import PostgresStore
 from tests.stores.postgres.support import until_lock_waits
+from tests.stores.transcripts import five
 
 
 def _sid() -> str:
     return f"pg-rewrite-{new_id()}"
-
-
-async def _five(store: PostgresStore, sid: str) -> list[Message]:
-    messages = [user("one"), assistant("two"), user("three"), assistant("four"), user("five")]
-    await store.save(sid, messages, at=0)
-    return messages
 
 
 async def test_a_save_that_waited_on_a_delete_appends_nothing_after_it(pool: Any) -> None:
@@ -34,7 +29,7 @@ async def test_a_save_that_waited_on_a_delete_appends_nothing_after_it(pool: Any
     # its snapshot before the delete committed, so it sees five messages and would append
     # a sixth, alone, into the forgotten session. Its lock of the fifth tells it otherwise.
     store, sid = PostgresStore(pool), _sid()
-    await _five(store, sid)
+    await five(store, sid)
     await store.steer(sid, Steer("waiting", "s1"))
     async with pool.acquire() as holder:
         transaction = holder.transaction()
@@ -58,7 +53,7 @@ async def test_a_cut_waits_for_a_save_that_holds_the_last_message(pool: Any) -> 
     # takes; the cut, told five, must wait for it and then find seven, not cut the fifth
     # from under the save and leave a gap before the sixth.
     store, sid = PostgresStore(pool), _sid()
-    messages = await _five(store, sid)
+    messages = await five(store, sid)
     await store.steer(sid, Steer("taken", "s1"))
     async with pool.acquire() as holder:
         transaction = holder.transaction()
@@ -82,7 +77,7 @@ async def test_a_claim_that_waited_behind_a_cut_reads_the_cut_transcript(pool: A
     # as a save would; the claim's statement began before the cut committed, so its
     # snapshot still has five messages: the row's version tells it to read again.
     store, sid = PostgresStore(pool), _sid()
-    messages = await _five(store, sid)
+    messages = await five(store, sid)
     await store.enqueue(sid, Input("send", "go", "t"))
     async with pool.acquire() as holder:
         transaction = holder.transaction()
@@ -104,7 +99,7 @@ async def test_a_claim_that_waited_behind_a_cut_reads_the_cut_transcript(pool: A
 
 async def test_a_session_the_service_never_saw_gets_no_row(pool: Any) -> None:
     store, sid = PostgresStore(pool), _sid()
-    await _five(store, sid)
+    await five(store, sid)
     await store.truncate(sid, at=3)
     assert await store.delete(sid) is True
     assert await store.delete(sid) is False
@@ -126,3 +121,20 @@ async def test_a_deleted_session_is_not_listed(pool: Any) -> None:
         (prefix + "a", "queued", 1),
         (prefix + "b", "queued", 1),
     ]
+
+
+async def test_a_cut_keeps_the_metadata_of_a_session_the_service_never_ran(pool: Any) -> None:
+    # The row that holds only metadata is not one the cut made: it stays; a delete forgets
+    # the metadata and then leaves no row.
+    store, sid = PostgresStore(pool), _sid()
+    await five(store, sid)
+    await store.set_metadata(sid, {"title": "kept"})
+    await store.truncate(sid, at=3)
+    assert (await store.status(sid)).metadata == {"title": "kept"}
+    assert await store.delete(sid) is True
+    assert (await store.status(sid)).metadata == {}
+    rows = await pool.fetchval("SELECT count(*) FROM steerable_sessions WHERE session = $1", sid)
+    assert rows == 0
+    await store.set_metadata(sid, {"only": "metadata"})
+    assert await store.delete(sid) is True  # it had metadata (as the memory reference says)
+    assert await store.delete(sid) is False

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from steerable.errors import Fenced
+from steerable.errors import Fenced, QueueFull, SessionNotIdle, StoreError, TurnMismatch
 from steerable.messages import assistant, new_id, user
 from steerable.service_store import Input, Lease, Outcome
 from steerable.stores.postgres import PostgresStore
@@ -103,6 +103,63 @@ async def test_every_verb_is_one_round_trip(wire: Wire, database: str) -> None:
         await pool.close()
 
 
+async def test_the_queue_s_verbs_are_one_round_trip_each(wire: Wire, database: str) -> None:
+    # the verbs of the queue's contract: conditions, refusals, cancel, the stop poll, the
+    # bounded and paged views and the session's metadata, each one statement
+    pool = await create_pool(
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+    )
+    try:
+        store = PostgresStore(pool)
+
+        async def trips(verb: Any, refused: type[StoreError] | None = None) -> tuple[int, int]:
+            """The verb's round trips and parses (0 once the statement is prepared)."""
+            wire.sent.clear()
+            if refused is None:
+                await verb
+            else:
+                with pytest.raises(refused):
+                    await verb
+            return wire.round_trips, wire.sent["P"]
+
+        async def every_verb(sid: str) -> dict[str, tuple[int, int]]:
+            counted: dict[str, tuple[int, int]] = {}
+            counted["set_metadata"] = await trips(store.set_metadata(sid, {"title": "t"}))
+            await store.enqueue(sid, Input("send", "first", "f"))  # a session's first: its row
+            counted["if_idle refused"] = await trips(
+                store.enqueue(sid, Input("send", "no", "n"), if_idle=True), SessionNotIdle
+            )
+            counted["enqueue, conditions met"] = await trips(
+                store.enqueue(sid, Input("steer", "to f", "s"), expected_turn="f", max_waiting=9)
+            )
+            counted["max_waiting refused"] = await trips(
+                store.enqueue(sid, Input("send", "no", "n"), max_waiting=2), QueueFull
+            )
+            counted["cancel"] = await trips(store.cancel(sid, "s"))
+            counted["cancel, unchanged"] = await trips(store.cancel(sid, "s"))
+            claim = await store.claim("h", seconds=60, cap=16, session=sid)
+            assert claim is not None
+            await store.stop(sid)
+            counted["stopping"] = await trips(store.stopping("h"))
+            counted["status"] = await trips(store.status(sid, limit=1))
+            counted["inputs"] = await trips(store.inputs(sid, after=0, limit=10))
+            counted["inputs, waiting"] = await trips(
+                store.inputs(sid, after=0, limit=10, state="waiting")
+            )
+            counted["turns"] = await trips(store.turns(sid, after=0, limit=10))
+            counted["turn"] = await trips(store.turn(sid, "f"))
+            counted["transcript"] = await trips(store.transcript(sid, after=-1, limit=10))
+            counted["sessions"] = await trips(store.sessions(prefix=sid, after=None, limit=10))
+            counted["end_turn"] = await trips(store.end_turn(claim.lease, Outcome("stopped")))
+            return counted
+
+        await every_verb(_sid())  # prepares every statement on the one connection
+        counted = await every_verb(_sid())
+        assert counted == dict.fromkeys(counted, (1, 0)), counted
+    finally:
+        await pool.close()
+
+
 async def test_a_step_that_waited_on_the_lock_takes_the_steer_committed_meanwhile(
     pool: Any, store: PostgresStore
 ) -> None:
@@ -185,6 +242,56 @@ async def test_a_claim_of_any_session_reads_the_index_of_sessions_with_work(pool
         await connection.execute("SET LOCAL enable_seqscan = off")
         plan = await connection.fetch(f"EXPLAIN {lock}")
     assert "steerable_sessions_work" in "\n".join(row[0] for row in plan)
+
+
+@pytest.mark.parametrize(
+    ("query", "index"),
+    [("_STOPPING", "steerable_sessions_holder"), ("_TURNS", "steerable_turns_seq")],
+    ids=["stopping", "turns"],
+)
+async def test_the_poll_and_the_pages_of_turns_read_their_indexes(
+    pool: Any, query: str, index: str
+) -> None:
+    # as above: the plan with sequential scans forbidden names the index the query needs
+    from steerable.stores.postgres import _views
+
+    statement = getattr(_views, query)
+    async with pool.acquire() as connection, connection.transaction():
+        await connection.execute("SET LOCAL enable_seqscan = off")
+        await connection.execute(f"PREPARE probe AS {statement}")
+        args = ("'h'",) if query == "_STOPPING" else ("'s'", "0", "10")
+        plan = await connection.fetch(f"EXPLAIN EXECUTE probe ({', '.join(args)})")
+        await connection.execute("DEALLOCATE probe")
+    assert index in "\n".join(row[0] for row in plan)
+
+
+async def test_a_refused_input_writes_no_row_not_even_the_session_s(
+    pool: Any, store: PostgresStore
+) -> None:
+    sid = _sid()
+    with pytest.raises(TurnMismatch):
+        await store.enqueue(sid, Input("steer", "for t", "s"), expected_turn="t")
+    with pytest.raises(QueueFull):
+        await store.enqueue(sid, Input("send", "go", "t"), max_waiting=0)
+    assert await _rows(pool, sid) == {t: [] for t in (*_TABLES, "steerable_messages")}
+    await store.enqueue(sid, Input("send", "go", "t"))
+    before = await _rows(pool, sid)
+    with pytest.raises(SessionNotIdle):
+        await store.enqueue(sid, Input("send", "again", "u"), if_idle=True)
+    with pytest.raises(TurnMismatch):
+        await store.enqueue(sid, Input("steer", "for u", "s"), expected_turn="u")
+    with pytest.raises(QueueFull):
+        await store.enqueue(sid, Input("steer", "for t", "s"), max_waiting=1)
+    assert await _rows(pool, sid) == before
+
+
+async def test_a_claim_s_prompt_carries_its_metadata(store: PostgresStore) -> None:
+    # (the memory reference gives the Input as it was sent; no contract case asks yet)
+    sid = _sid()
+    sent = Input("send", "go", "t", {"from": "web", "n": [1, None]})
+    await store.enqueue(sid, sent)
+    claim = await store.claim("a", seconds=60, cap=16, session=sid)
+    assert claim is not None and claim.prompt == sent
 
 
 async def test_the_transcript_the_service_writes_is_the_core_s(store: PostgresStore) -> None:

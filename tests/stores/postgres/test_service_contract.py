@@ -18,7 +18,17 @@ from steerable.stores.postgres import PostgresStore
 from steerable.testing import OpenStore, ServiceContract
 from tests.stores.postgres.support import DSN, open_store
 
-ABILITIES = ("persistent", "processes", "corruptible", "outage", "lockable", "rewritable")
+ABILITIES = (
+    "persistent",
+    "processes",
+    "corruptible",
+    "outage",
+    "lockable",
+    "rewritable",
+    "forkable",
+    "journaled",
+    "repairable",
+)
 
 
 @asynccontextmanager
