@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from steerable.messages import Message
 from steerable.service_store import (
@@ -24,6 +24,7 @@ from steerable.service_store import (
     Entry,
     Hint,
     Input,
+    InputState,
     InputView,
     Lease,
     Notifying,
@@ -88,10 +89,47 @@ class Counting:
 
     # -- the service's verbs ---------------------------------------------------------------
 
-    async def enqueue(self, session: str, input: Input) -> Accepted:
+    async def enqueue(
+        self,
+        session: str,
+        input: Input,
+        *,
+        if_idle: bool = False,
+        expected_turn: str | None = None,
+        max_waiting: int | None = None,
+    ) -> Accepted:
         """Counted ``ServiceStore.enqueue``."""
         self.calls["enqueue"] += 1
-        return await self.inner.enqueue(session, input)
+        return await self.inner.enqueue(
+            session, input, if_idle=if_idle, expected_turn=expected_turn, max_waiting=max_waiting
+        )
+
+    async def cancel(self, session: str, id: str) -> InputView | None:
+        """Counted ``ServiceStore.cancel``."""
+        self.calls["cancel"] += 1
+        return await self.inner.cancel(session, id)
+
+    async def stopping(self, holder: str) -> list[str]:
+        """Counted ``ServiceStore.stopping`` (the stop poll)."""
+        self.calls["stopping"] += 1
+        return await self.inner.stopping(holder)
+
+    async def inputs(
+        self, session: str, *, after: int, limit: int, state: InputState | None = None
+    ) -> list[InputView]:
+        """Counted ``ServiceStore.inputs``."""
+        self.calls["inputs"] += 1
+        return await self.inner.inputs(session, after=after, limit=limit, state=state)
+
+    async def turns(self, session: str, *, after: int, limit: int) -> list[TurnView]:
+        """Counted ``ServiceStore.turns``."""
+        self.calls["turns"] += 1
+        return await self.inner.turns(session, after=after, limit=limit)
+
+    async def set_metadata(self, session: str, metadata: dict[str, Any]) -> None:
+        """Counted ``ServiceStore.set_metadata``."""
+        self.calls["set_metadata"] += 1
+        await self.inner.set_metadata(session, metadata)
 
     async def claim(
         self, holder: str, *, seconds: float, cap: int, session: str | None = None
@@ -127,10 +165,10 @@ class Counting:
         self.calls["stop"] += 1
         return await self.inner.stop(session)
 
-    async def status(self, session: str) -> Status:
+    async def status(self, session: str, *, limit: int = 100) -> Status:
         """Counted ``ServiceStore.status``."""
         self.calls["status"] += 1
-        return await self.inner.status(session)
+        return await self.inner.status(session, limit=limit)
 
     async def input(self, session: str, id: str) -> InputView | None:
         """Counted ``ServiceStore.input``."""

@@ -419,8 +419,8 @@ MUTANTS += [
     _m(
         "memory-service-no-cap-on-offers",
         _MEM_SVC,
-        "and running.offered < running.cap",
-        "and True",
+        "if running.stop_requested or running.offered >= running.cap:",
+        "if running.stop_requested:",
         _MEM_SVC_SUITE,
     ),
     _m(
@@ -440,8 +440,8 @@ MUTANTS += [
     _m(
         "sqlite-service-an-older-epoch-still-writes",
         _SQL_SVC,
-        "if not self.found or svc.epoch != lease.epoch or svc.holder != lease.holder:",
-        "if not self.found or svc.holder != lease.holder:",
+        "if not tx.found or svc.epoch != lease.epoch or svc.holder != lease.holder:",
+        "if not tx.found or svc.holder != lease.holder:",
         "tests/stores/test_sqlite_contract.py",
     ),
     _m(

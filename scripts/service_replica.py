@@ -8,6 +8,7 @@ test can send, steer and stop *through this replica*::
 
     {"op": "send", "session": "s", "text": "hi", "id": "x"}   -> {"ok": true, "result": {...}}
     {"op": "steer" | "stop" | "status" | "input" | "turn" | "counters", ...}
+    {"op": "fate", "session": "s", "id": "k", "seconds": 10}  -> the input once its fate is known
 
 ``--agent MODULE:NAME`` serves another agent instead: ``NAME(args)`` gets this script's parsed
 arguments (``replica``, ``requests``, ``seconds``, ...) and returns the agent (the framework
@@ -125,6 +126,9 @@ async def _command(service: Service, line: str) -> dict[str, Any]:
             result = await service.input(session, command["id"])
         elif op == "turn":
             result = await service.turn(session, command["id"])
+        elif op == "fate":  # answers once decided, or after "seconds" (this pipe waits)
+            seconds = float(command.get("seconds", 10.0))
+            result = await service.fate(session, command["id"], seconds=seconds)
         elif op == "counters":
             result = service.replica.counters if service.replica else None
         else:
