@@ -34,7 +34,17 @@ class Stopped(Exception):
 class Control:
     """One run's steer box (with every steer id it has seen), stop flag and listeners."""
 
-    __slots__ = ("_box", "_cancelled", "_closed", "_phase", "_seen", "ended", "stopping", "subs")
+    __slots__ = (
+        "_box",
+        "_cancelled",
+        "_closed",
+        "_phase",
+        "_seen",
+        "ended",
+        "stopping",
+        "subs",
+        "traces",
+    )
 
     def __init__(self) -> None:
         self._box: list[Steer] = []
@@ -45,6 +55,7 @@ class Control:
         self.stopping = False
         self.subs: list[asyncio.Queue[Event]] = []
         self.ended: Result | None = None
+        self.traces: dict[str, dict[str, str]] = {}  # steer id -> its span's context, if traced
 
     # -- steers -------------------------------------------------------------------------
 

@@ -29,8 +29,9 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from steerable import telemetry
 from steerable._control import Control, Stopped
 from steerable.errors import ModelError, TranscriptConflict
 from steerable.events import (
@@ -123,6 +124,7 @@ class ReAct:
         self._unsaved: list[Steer] = []  # box steers whose step's save has not committed
         self._left: tuple[Steer, ...] | None = None  # the unapplied steers, once the box closed
         self._known: _Known = {}  # the journal's answer for the calls under way
+        self._links: list[Any] = []  # links to the spans of the steers this step took
         control.saw(self.transcript)
         if spec.session is not None and any(t.side_effects for t in self._tools.values()):
             journaling(spec.session.store)  # a UsageError now, not when the first call runs
@@ -130,6 +132,15 @@ class ReAct:
     # -- the run ------------------------------------------------------------------------
 
     async def main(self) -> Result:
+        if telemetry.current_turn() is not None or not telemetry.recording():
+            return await self._main(telemetry.current_turn())
+        session = self._spec.session
+        with telemetry.turn_span(
+            "steerable", session.id if session else None, model=self._model.name
+        ) as span:
+            return await self._main(span)
+
+    async def _main(self, span: Any) -> Result:
         error: BaseException | None = None
         save = self._spec.session is not None
         try:
@@ -145,6 +156,8 @@ class ReAct:
         if trouble is not None and error is None:
             reason, error = "failed", trouble
         result = self._result(reason, error)
+        if span is not None:
+            _ended(span, result)
         self._control.end(result)
         if self._sink is not None:
             produced = self._sink(Ended(result))
@@ -221,6 +234,7 @@ class ReAct:
         session = self._spec.session
         if session is None:
             if mine:
+                self._link([(s.id, self._control.traces.get(s.id)) for s in mine], "run")
                 await self._join(tuple(s.message() for s in mine), "run")
             return
         at = len(self.transcript)
@@ -239,10 +253,22 @@ class ReAct:
         if mine:
             joined = tuple(self.transcript[at:])
             self._taken.extend(joined)
+            self._link([(s.id, self._control.traces.get(s.id)) for s in mine], "run")
             await self._emit(SteersTaken(joined, "run"))
         if taken:
             control.saw(taken)
+            traces = getattr(session.store, "steer_traces", None)
+            if callable(traces) and telemetry.recording():
+                found = traces([m.id for m in taken])
+                self._link([(m.id, found.get(m.id)) for m in taken], "session")
             await self._join(tuple(taken), "session")
+
+    def _link(self, steers: list[tuple[str, dict[str, str] | None]], source: str) -> None:
+        """Links from the next model request's span to the spans that sent these steers."""
+        for id, found in steers:
+            if found:
+                attributes = {"steerable.input.id": id, "steerable.steer.source": source}
+                self._links.extend(telemetry.links([telemetry.link(found, attributes)]))
 
     async def _join(self, messages: tuple[Message, ...], source: Literal["run", "session"]) -> None:
         self.transcript.extend(messages)
@@ -277,6 +303,36 @@ class ReAct:
     # -- the model --------------------------------------------------------------------
 
     async def _request(self) -> Reply:
+        links, self._links = self._links, []
+        found = telemetry.tracer()
+        if found is None:
+            return await self._requested()
+        provider, model = telemetry.provider_and_model(self._model.name)
+        session = self._spec.session
+        values: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "steerable.step": self._steps,
+        }
+        if session is not None:
+            values["gen_ai.conversation.id"] = session.id
+        if links:
+            values["steerable.steers"] = len(links)
+        with found.start_as_current_span(
+            f"chat {model}", kind=_client(), attributes=values, links=links
+        ) as span:
+            if telemetry.capture_content():
+                span.set_attribute("gen_ai.input.messages", _contents(self.transcript))
+            reply = await self._requested()
+            span.set_attributes(telemetry.usage_attributes(reply.usage))
+            if reply.finish_reason is not None:
+                span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+            if telemetry.capture_content():
+                span.set_attribute("gen_ai.output.messages", _contents([reply.message]))
+            return reply
+
+    async def _requested(self) -> Reply:
         spec = self._spec
         request = ModelRequest(
             spec.instructions, tuple(self.transcript), spec.tool_specs, spec.settings
@@ -381,6 +437,36 @@ class ReAct:
             raise failed.exceptions[0] from failed
 
     async def _call_tool(self, index: int, call: ToolCall) -> None:
+        found = telemetry.tracer()
+        if found is None:
+            await self._called(index, call)
+            return
+        values: dict[str, Any] = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+            "gen_ai.tool.type": "function",
+        }
+        session = self._spec.session
+        if session is not None:
+            values["gen_ai.conversation.id"] = session.id
+        if telemetry.capture_content():
+            values["gen_ai.tool.call.arguments"] = call.arguments
+        with found.start_as_current_span(f"execute_tool {call.name}", attributes=values) as span:
+            try:
+                await self._called(index, call)
+            finally:
+                result = self._results.get(index)
+                if result is not None:
+                    if telemetry.capture_content():
+                        span.set_attribute("gen_ai.tool.call.result", result.content)
+                    if result.is_error:
+                        telemetry.failed(span, result.content, "tool_error")
+                if index in self._known:
+                    span.set_attribute("steerable.tool.journaled", True)
+                    span.set_attribute("steerable.tool.replayed", self._known[index][2] is not None)
+
+    async def _called(self, index: int, call: ToolCall) -> None:
         key, started, recorded = self._known.get(index, (None, False, None))
         if recorded is not None:  # it ran to its end before: never again
             self._results[index] = recorded
@@ -442,6 +528,29 @@ class ReAct:
             if inspect.isawaitable(produced):
                 await produced
         self._control.publish(event)
+
+
+def _ended(span: Any, result: Result) -> None:
+    """The turn's outcome on its ``invoke_agent`` span."""
+    span.set_attribute("steerable.turn.reason", result.reason)
+    span.set_attribute("steerable.turn.steps", result.steps)
+    span.set_attribute("steerable.turn.steers", len(result.steers))
+    span.set_attributes(telemetry.usage_attributes(result.usage))
+    if result.reason == "failed":
+        telemetry.failed(span, result.error)
+
+
+def _client() -> Any:
+    from opentelemetry.trace import SpanKind
+
+    return SpanKind.CLIENT
+
+
+def _contents(messages: Sequence[Message]) -> str:
+    """Messages as the conventions' JSON (role and parts), for opted-in content."""
+    return telemetry.content(
+        [{"role": m.role, "parts": [telemetry.part(p) for p in m.parts]} for m in messages]
+    )
 
 
 PATTERNS: Mapping[PatternName, PatternFactory] = {"react": ReAct}

@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import AsyncIterator, Generator, Sequence
 from typing import Any
 
+from steerable import telemetry
 from steerable._control import Control
 from steerable.errors import UsageError
 from steerable.events import Ended, Event, EventSink
@@ -39,7 +40,7 @@ class Run:
     Create one with :meth:`Runner.start`.
     """
 
-    __slots__ = ("_control", "_pattern", "_task")
+    __slots__ = ("_control", "_pattern", "_session", "_task")
 
     def __init__(
         self,
@@ -49,6 +50,7 @@ class Run:
         events: EventSink | None,
     ) -> None:
         self._control = Control()
+        self._session = spec.session.id if spec.session is not None else ""
         self._pattern = PATTERNS[spec.pattern](self._control, spec, messages, model, events)
         self._task = asyncio.get_running_loop().create_task(self._pattern.main())
         self._task.add_done_callback(self._ended)
@@ -67,7 +69,11 @@ class Run:
         session's store) is ignored, and the one first seen is returned: a client that
         retries is safe. Steering a run that has ended is a :class:`UsageError`.
         """
-        return self._control.steer(as_steer(text, id))
+        steer = as_steer(text, id)
+        if telemetry.recording() and steer.id not in self._control.traces:
+            with telemetry.input_span("steer", self._session, steer.id):
+                self._control.traces[steer.id] = telemetry.carrier()
+        return self._control.steer(steer)
 
     def stop(self) -> None:
         """End the run now: a model request or tool call under way is cancelled.

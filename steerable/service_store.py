@@ -92,6 +92,28 @@ END_STATES: tuple[EndState, ...] = ("completed", "stopped", "failed", "max_steps
 INPUT_STATES: tuple[InputState, ...] = ("waiting", "taken", "prompt", "cancelled")
 
 
+TRACE_FIELDS = 4
+TRACE_CHARS = 512
+"""The bounds of an input's trace context: a ``traceparent`` is 55 characters, and W3C
+``tracestate`` at most 512."""
+
+
+def _carrier(value: object) -> bool:
+    """Whether ``value`` is a trace context an input may keep."""
+    return (
+        isinstance(value, dict)
+        and len(value) <= TRACE_FIELDS
+        and all(
+            isinstance(k, str)
+            and isinstance(v, str)
+            and 0 < len(k) <= 64
+            and len(v) <= TRACE_CHARS
+            and "\x00" not in k + v
+            for k, v in value.items()
+        )
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Input:
     """A message sent to a session: a send or a steer, with an id (a new one by default)."""
@@ -101,6 +123,10 @@ class Input:
     id: str = field(default_factory=new_id)
     metadata: dict[str, Any] = field(default_factory=dict)
     """A small JSON object kept with the input and returned by the views (``{}``: none)."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """The trace context of the span that sent it, as W3C Trace Context carries it
+    (``traceparent``, ``tracestate``; ``{}``: none), kept with the input so that the turn
+    it starts, or the step that takes it, can be tied to that span on any replica."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("send", "steer"):
@@ -111,6 +137,11 @@ class Input:
             raise UsageError(f"an input id is a non-empty str without NUL, not {self.id!r}")
         if not isinstance(self.metadata, dict):
             raise UsageError(f"an input's metadata is a dict, not {type(self.metadata).__name__}")
+        if not _carrier(self.trace):
+            raise UsageError(
+                f"an input's trace is at most {TRACE_FIELDS} str fields of at most"
+                f" {TRACE_CHARS} characters each, not {self.trace!r}"[:300]
+            )
 
     def message(self, *, steered: bool) -> Message:
         """The user message that records this input in the transcript, under its id."""
@@ -243,6 +274,8 @@ class InputView:
     step: int | None = None
     at: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    trace: dict[str, str] = field(default_factory=dict)
+    """The trace context it was sent with (:attr:`Input.trace`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ See ``docs/service.md`` for the semantics (inputs, turns, leases, fencing, stop)
 """
 
 from steerable.errors import Fenced
+from steerable.service._observe import LogObserver, Observer, TurnReport
 from steerable.service._replica import Counters, LiveSink, Replica
 from steerable.service._service import Service
 from steerable.service.agent import Agent, ReActAgent, Turn, outcome_of
@@ -46,7 +47,9 @@ __all__ = [
     "InputView",
     "Lease",
     "LiveSink",
+    "LogObserver",
     "Notifying",
+    "Observer",
     "Outcome",
     "ReActAgent",
     "Replica",
@@ -55,6 +58,7 @@ __all__ = [
     "ServiceStore",
     "Status",
     "Turn",
+    "TurnReport",
     "TurnView",
     "outcome_of",
 ]

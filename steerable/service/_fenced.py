@@ -13,29 +13,47 @@ compare-and-swap of the tail that any write in between turns into a conflict.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 
+from steerable import telemetry
 from steerable.errors import Fenced, StoreUnavailable, UsageError
 from steerable.messages import Message, ToolResult
+from steerable.service._observe import Observers
 from steerable.service_store import Input, Lease, ServiceStore
 from steerable.store import Steer, Store, journaling, repairable
+
+log = logging.getLogger("steerable.service")
 
 
 class LeaseCell:
     """The current lease of a turn (renewals replace it) and whether it was lost."""
 
-    __slots__ = ("fenced", "lease", "store_failed")
+    __slots__ = ("fenced", "lease", "steps", "store_failed", "taken", "traces")
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.fenced = False
         self.store_failed = False  # a write failed on the store: the turn is carried on
+        self.steps = 0  # the steps this holder stored
+        self.taken = 0  # the steers they took
+        self.traces: dict[str, dict[str, str]] = {}  # a taken steer's trace context, by id
 
 
 class FencedStore:
     """The :class:`~steerable.Store` verbs of one turn's session, every write fenced."""
 
-    __slots__ = ("_cell", "_claimed", "_service", "_session", "_store", "_written")
+    __slots__ = (
+        "_cell",
+        "_claimed",
+        "_observers",
+        "_service",
+        "_session",
+        "_store",
+        "_turn",
+        "_written",
+    )
 
     def __init__(
         self,
@@ -45,8 +63,12 @@ class FencedStore:
         claimed: list[Message],
         *,
         written: Callable[[str], None] | None = None,
+        observers: Observers | None = None,
+        turn: str = "",
     ) -> None:
         self._store = store
+        self._observers = observers
+        self._turn = turn
         self._written = written  # told after each step it stored
         self._service = service
         self._cell = cell
@@ -82,9 +104,46 @@ class FencedStore:
         except StoreUnavailable:
             self._cell.store_failed = True
             raise
+        self._cell.steps += 1
+        self._cell.taken += len(taken)
         if self._written is not None:
             self._written(self._session)
+        if taken and (self._observers or telemetry.recording()):
+            await self._observe(taken)
         return taken
+
+    async def _observe(self, taken: list[Message]) -> None:
+        """Read the taken steers' inputs (their arrival and trace context) for the observers
+        and the turn's span; only when something listens. A read that fails loses only this."""
+        now = time.time()
+        try:
+            views = [await self._service.input(self._session, m.id) for m in taken]
+        except Exception as exc:
+            log.debug("session %r: the taken steers were not read (%s)", self._session, exc)
+            return
+        found = [v for v in views if v is not None]
+        for view in found:
+            if view.trace:
+                self._cell.traces[view.id] = view.trace
+        if self._observers:
+            waits = [max(0.0, now - v.at) for v in found]
+            self._observers.call("steers_taken", self._session, self._turn, waits)
+        span = telemetry.current_turn()
+        if span is not None:
+            for view in found:
+                attributes = {"steerable.input.id": view.id, "steerable.step": view.step or 0}
+                link = telemetry.link(view.trace, attributes)
+                if link is not None:
+                    span.add_link(link.context, link.attributes)
+            span.add_event(
+                "steerable.steers_taken",
+                {"steerable.input.ids": [v.id for v in found], "steerable.step": self._cell.steps},
+            )
+
+    def steer_traces(self, ids: Sequence[str]) -> dict[str, dict[str, str]]:
+        """The trace contexts of steers this turn took, by id (those it read: see ``save``)."""
+        traces = self._cell.traces
+        return {id: traces[id] for id in ids if id in traces}
 
     async def take_steers(self, session: str, *, at: int | None, limit: int) -> list[Message]:
         """Take the turn's steers at ``at`` (or at the transcript's end), fenced."""

@@ -17,14 +17,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from steerable import telemetry
 from steerable.errors import Fenced, StoreError
 from steerable.events import Event, EventSink
 from steerable.messages import Message
 from steerable.service._failure import failure, reported
 from steerable.service._fenced import FencedStore, LeaseCell
+from steerable.service._observe import LogObserver, Observer, Observers, TurnReport
 from steerable.service.agent import Agent, Turn
 from steerable.service_store import Claim, Notifying, Outcome, ServiceStore
 from steerable.session import Session
@@ -94,8 +97,10 @@ class Replica:
         live: LiveSink | None = None,
         *,
         wake: Callable[[str], object] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self.store = store
+        self.observers = Observers([LogObserver(), *observers])
         self.service = service
         self.agent = agent
         self.settings = settings
@@ -235,6 +240,7 @@ class Replica:
     def _start(self, claim: Claim) -> None:
         self.counters.claims += 1
         self.counters.resumed += claim.resumed
+        self.observers.call("claimed", claim)
         previous = self._turns.get(claim.lease.session)
         if previous is not None:
             # Our own lease ran out (the store was away longer than it) and this claim took
@@ -252,9 +258,27 @@ class Replica:
             log.error("a turn's task failed", exc_info=task.exception())
 
     async def _serve(self, claim: Claim, previous: _Serving | None = None) -> None:
-        session = claim.lease.session
         if previous is not None:
             await previous.gone.wait()
+        lease = claim.lease
+        with telemetry.turn_span(
+            _agent_name(self.agent),
+            lease.session,
+            parent=claim.prompt.trace,
+            attributes={
+                "steerable.turn.id": claim.turn,
+                "steerable.replica": lease.holder,
+                "steerable.epoch": lease.epoch,
+                "steerable.turn.resumed": claim.resumed,
+            },
+        ) as span:
+            if span is not None and claim.resumed:
+                span.add_event("steerable.takeover", _takeover(claim))
+            await self._serve_turn(claim, span)
+
+    async def _serve_turn(self, claim: Claim, span: Any) -> None:
+        began = time.monotonic()
+        session = claim.lease.session
         serving = _Serving(LeaseCell(claim.lease))
         serving.turn = self._turn(claim, claim.messages, claim.steers_taken, serving)
         self._turns[session] = serving
@@ -275,10 +299,31 @@ class Replica:
             serving.gone.set()
         if serving.cell.fenced:
             self.counters.fenced += 1
+            self.observers.call("fenced", session)
+            if span is not None:
+                span.set_attribute("steerable.turn.state", "fenced")
             log.info("session %r: the lease was lost; the new holder goes on", session)
             return
         detail = self.settings.error_detail
-        await self._end(serving.cell, reported(session, claim.turn, outcome, detail=detail))
+        recorded = reported(session, claim.turn, outcome, detail=detail)
+        cell = serving.cell
+        report = TurnReport(
+            session,
+            claim.turn,
+            cell.lease.holder,
+            cell.lease.epoch,
+            recorded.state,
+            claim.steps + cell.steps,
+            claim.steers_taken + cell.taken,
+            dict(recorded.usage),
+            time.monotonic() - began,
+            claim.resumed,
+            recorded.error,
+            getattr(outcome, "exception", None),
+        )
+        if span is not None:
+            _ended(span, report)
+        await self._end(serving.cell, recorded, report)
 
     async def _carry(self, claim: Claim, serving: _Serving) -> Outcome:
         """Run the turn; while the store failed under it (and the lease holds), run it again
@@ -322,7 +367,13 @@ class Replica:
         if claim.prompt.id not in {m.id for m in messages[claim.start :]}:
             messages.append(claim.prompt.message(steered=False))
         fenced = FencedStore(
-            self.store, self.service, serving.cell, list(stored), written=self._written
+            self.store,
+            self.service,
+            serving.cell,
+            list(stored),
+            written=self._written,
+            observers=self.observers,
+            turn=claim.turn,
         )
         live = self.live
         session, turn_id = claim.lease.session, claim.turn
@@ -370,13 +421,14 @@ class Replica:
             if renewal.stop_requested:
                 serving.stop_turn()
 
-    async def _end(self, cell: LeaseCell, outcome: Outcome) -> None:
+    async def _end(self, cell: LeaseCell, outcome: Outcome, report: TurnReport) -> None:
         deadline = time.monotonic() + self.settings.lease
         while True:
             try:
                 following = await self.service.end_turn(cell.lease, outcome)
             except Fenced:
                 self.counters.fenced += 1
+                self.observers.call("fenced", cell.lease.session)
                 return
             except asyncio.CancelledError:
                 raise
@@ -388,11 +440,43 @@ class Replica:
                 await asyncio.sleep(min(self.settings.poll, 0.2))
                 continue
             self.counters.ended += 1
+            self.observers.call("turn_ended", report)
             self._written(cell.lease.session)
             if following is not None:
                 self._hinted.append(cell.lease.session)
                 self._wake.set()
             return
+
+
+def _agent_name(agent: Agent) -> str:
+    """The agent's ``name`` if it has one (a framework's agent does), else its class's."""
+    name = getattr(agent, "name", None)
+    return name if isinstance(name, str) and name else type(agent).__name__
+
+
+def _takeover(claim: Claim) -> dict[str, Any]:
+    """The takeover event's attributes: the old holder and epoch, and the new ones."""
+    lease = claim.lease
+    values: dict[str, Any] = {
+        "steerable.holder": lease.holder,
+        "steerable.epoch": lease.epoch,
+        "steerable.previous_epoch": lease.epoch - 1,  # every claim grows it by one
+        "steerable.steps": claim.steps,
+    }
+    previous = getattr(claim, "previous_holder", None)
+    if previous:
+        values["steerable.previous_holder"] = previous
+    return values
+
+
+def _ended(span: Any, report: TurnReport) -> None:
+    """The turn's end on its span."""
+    span.set_attribute("steerable.turn.state", report.state)
+    span.set_attribute("steerable.turn.steps", report.steps)
+    span.set_attribute("steerable.turn.steers", report.steers)
+    span.set_attributes(telemetry.usage_attributes(report.usage))
+    if report.state == "failed":
+        telemetry.failed(span, report.exception or report.error)
 
 
 def _watching(live: LiveSink, session: str, turn: str) -> EventSink:

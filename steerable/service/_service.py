@@ -16,12 +16,14 @@ import math
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+from steerable import telemetry
 from steerable.errors import UsageError
 from steerable.messages import new_id
+from steerable.service._observe import Observer
 from steerable.service._replica import LiveSink, Replica, Settings
 from steerable.service.agent import Agent
 from steerable.service_store import (
@@ -113,7 +115,7 @@ def _input(kind: InputKind, text: object, id: object, metadata: object = None) -
     if len(_encodable(text, "the text").encode("utf-8")) > MAX_TEXT:
         raise UsageError(f"an input's text has at most {MAX_TEXT} bytes of UTF-8")
     meta = {} if metadata is None else _metadata(metadata)
-    return Input(kind, text, new_id() if id is None else _id(id), meta)
+    return Input(kind, text, new_id() if id is None else _id(id), meta, telemetry.carrier())
 
 
 def _page(value: object, what: str, *, low: int = 0) -> int:
@@ -167,6 +169,7 @@ class Service:
         max_waiting: int | None = 1000,
         stop_poll: float = 0.2,
         wake: Callable[[str], object] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         if not isinstance(store, ServiceStore) or not isinstance(store, Store):
             raise UsageError(
@@ -195,6 +198,11 @@ class Service:
         if wake is not None and not callable(wake):
             raise UsageError(f"`wake` is a callable of a session id, not {wake!r}")
         self.wake = wake
+        if not all(isinstance(o, Observer) for o in observers):
+            raise UsageError(
+                f"an observer has claimed, steers_taken, fenced and turn_ended: {observers!r}"
+            )
+        self.observers = tuple(observers)
         self.store: ServiceStore = store
         self._core: Store = store
         self.agent = agent
@@ -232,9 +240,14 @@ class Service:
         if not isinstance(if_idle, bool):
             raise UsageError(f"`if_idle` is True or False, not {if_idle!r}")
         sid = _session(session)
-        accepted = await self.store.enqueue(
-            sid, _input("send", text, id, metadata), if_idle=if_idle, max_waiting=self.max_waiting
-        )
+        with telemetry.input_span("send", sid, id) as span:
+            accepted = await self.store.enqueue(
+                sid,
+                _input("send", text, id, metadata),
+                if_idle=if_idle,
+                max_waiting=self.max_waiting,
+            )
+            _accepted(span, accepted)
         self._woke(sid, not accepted.duplicate)
         return accepted
 
@@ -257,12 +270,14 @@ class Service:
         """
         expected = None if expected_turn is None else _id(expected_turn)
         sid = _session(session)
-        accepted = await self.store.enqueue(
-            sid,
-            _input("steer", text, id, metadata),
-            expected_turn=expected,
-            max_waiting=self.max_waiting,
-        )
+        with telemetry.input_span("steer", sid, id) as span:
+            accepted = await self.store.enqueue(
+                sid,
+                _input("steer", text, id, metadata),
+                expected_turn=expected,
+                max_waiting=self.max_waiting,
+            )
+            _accepted(span, accepted)
         self._woke(sid, not accepted.duplicate)
         return accepted
 
@@ -423,7 +438,13 @@ class Service:
         if self.replica is not None:
             raise UsageError("this Service is serving already")
         replica = Replica(
-            self._core, self.store, self.agent, self.settings, self._live, wake=self._wrote
+            self._core,
+            self.store,
+            self.agent,
+            self.settings,
+            self._live,
+            wake=self._wrote,
+            observers=self.observers,
         )
         self.replica = replica
         task = asyncio.create_task(replica.run())
@@ -439,6 +460,18 @@ class Service:
         """Serve turns until cancelled."""
         async with self.serving():
             await asyncio.Event().wait()
+
+
+def _accepted(span: Any, accepted: Accepted) -> None:
+    """What ``enqueue`` answered, on the input's span (None when nothing records)."""
+    if span is None:
+        return
+    span.set_attribute("steerable.input.id", accepted.id)
+    span.set_attribute("steerable.input.seq", accepted.seq)
+    span.set_attribute("steerable.input.ahead", accepted.ahead)
+    span.set_attribute("steerable.input.duplicate", accepted.duplicate)
+    if accepted.turn is not None:
+        span.set_attribute("steerable.input.offered_turn", accepted.turn)
 
 
 def _undecided(view: InputView) -> bool:

@@ -26,6 +26,7 @@ from steerable.service.http._problems import (
 )
 from steerable.service.http._routes import add_routes
 from steerable.service.http._schema import refine_schema, sid_room
+from steerable.service.http._tracing import TraceContext
 
 __all__ = ["MAX_BODY", "Limits", "create_app", "live_feed"]
 
@@ -134,6 +135,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_body=max_body)  # inside the gate: 401 comes first
     app.add_middleware(BodyTimeout, seconds=read_timeout)  # outside BodyLimit, which reads
     app.add_middleware(BearerGate, tokens=checked)
+    app.add_middleware(TraceContext)  # outside the gate: a refused request is in the trace too
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrailingSlash)
     if origins:  # outermost: a preflight is answered before the gate, a 401 gets its headers
