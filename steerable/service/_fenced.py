@@ -21,7 +21,7 @@ from steerable import telemetry
 from steerable.errors import Fenced, StoreUnavailable, UsageError
 from steerable.messages import Message, ToolResult
 from steerable.service._observe import Observers
-from steerable.service_store import Input, Lease, ServiceStore
+from steerable.service_store import Input, Lease, ServiceStore, counts_as_step
 from steerable.store import Steer, Store, journaling, repairable
 
 log = logging.getLogger("steerable.service")
@@ -104,7 +104,7 @@ class FencedStore:
         except StoreUnavailable:
             self._cell.store_failed = True
             raise
-        self._cell.steps += 1
+        self._cell.steps += counts_as_step(messages, take)
         self._cell.taken += len(taken)
         if self._written is not None:
             self._written(self._session)
@@ -129,7 +129,7 @@ class FencedStore:
             waits = [max(0.0, now - v.at) for v in found]
             self._observers.call("steers_taken", self._session, self._turn, waits)
         span = telemetry.current_turn()
-        if span is not None:
+        if span is not None and found:
             for view in found:
                 attributes = {"steerable.input.id": view.id, "steerable.step": view.step or 0}
                 link = telemetry.link(view.trace, attributes)
@@ -137,7 +137,10 @@ class FencedStore:
                     span.add_link(link.context, link.attributes)
             span.add_event(
                 "steerable.steers_taken",
-                {"steerable.input.ids": [v.id for v in found], "steerable.step": self._cell.steps},
+                {
+                    "steerable.input.ids": [v.id for v in found],
+                    "steerable.step": found[0].step or 0,
+                },
             )
 
     def steer_traces(self, ids: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -1,7 +1,8 @@
 """A request's trace context: the ``traceparent`` (and ``tracestate``) it came with.
 
 While a provider records (:mod:`steerable.telemetry`), a request that carries W3C Trace
-Context headers runs inside the context they name, so the span of a send or a steer is a
+Context headers runs inside the context they name (unless an outer layer, FastAPI's own
+spans or an ASGI instrumentation, made the request's span already from them), so the span of a send or a steer is a
 child of the caller's span, and the input keeps that trace for the turn it starts. Without
 a provider nothing is read: the middleware passes the request on as it came.
 """
@@ -35,7 +36,7 @@ class TraceContext:
             if name in _HEADERS
         }
         context = telemetry.extracted(headers)
-        if context is None:
+        if context is None or _inside_a_span():
             await self.app(scope, receive, send)
             return
         from opentelemetry import context as otel  # recording: the API is loaded
@@ -45,3 +46,11 @@ class TraceContext:
             await self.app(scope, receive, send)
         finally:
             otel.detach(token)
+
+
+def _inside_a_span() -> bool:
+    """Whether the request runs in a span already (FastAPI's, or an ASGI instrumentation's,
+    which read the headers themselves): then the input's span is a child of that one."""
+    from opentelemetry import trace
+
+    return trace.get_current_span().get_span_context().is_valid
