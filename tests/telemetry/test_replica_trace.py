@@ -58,7 +58,7 @@ def _up_to(spans: list[dict[str, Any]], span: dict[str, Any], ancestor: str) -> 
     parent = span["parent"]
     while parent is not None and parent != ancestor and parent in by_id:
         parent = by_id[parent]["parent"]
-    return parent == ancestor
+    return bool(parent == ancestor)
 
 
 async def test_a_turn_taken_over_after_a_sigkill_continues_the_post_s_trace(

@@ -2,8 +2,9 @@
 
 While a provider records (:mod:`steerable.telemetry`), a request that carries W3C Trace
 Context headers runs inside the context they name (unless an outer layer, FastAPI's own
-spans or an ASGI instrumentation, made the request's span already from them), so the span of a send or a steer is a
-child of the caller's span, and the input keeps that trace for the turn it starts. Without
+spans or an ASGI instrumentation, made the request's span from them already), so the span
+of a send or a steer is in the caller's trace, and the input keeps that trace for the turn
+it starts. Without
 a provider nothing is read: the middleware passes the request on as it came.
 """
 
