@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from steerable.messages import ToolCall
 from steerable.models.base import ModelRequest
 from steerable.models.scripted import ScriptedModel, call
 from steerable.service.agent import ReActAgent
@@ -72,7 +73,7 @@ def work(step: int) -> str:
     return f"step {step} done"
 
 
-def _reply(request: ModelRequest) -> object:
+def _reply(request: ModelRequest) -> str | ToolCall:
     done = [r for m in turn_of_request(request.messages) for r in m.tool_results]
     return f"answered after {done[-1].content}" if done else call("work", '{"step": 1}')
 
