@@ -150,7 +150,8 @@ def _turn_view(service: _Service, turn: _Turn) -> TurnView:
 def _input_view(row: _Input) -> InputView:
     i = row.input
     return InputView(
-        i.id, i.kind, i.text, row.seq, row.state, row.turn, row.step, row.at, dict(i.metadata)
+        *(i.id, i.kind, i.text, row.seq, row.state, row.turn, row.step, row.at),
+        *(dict(i.metadata), dict(i.trace)),
     )
 
 

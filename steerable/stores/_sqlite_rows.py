@@ -5,8 +5,8 @@ Shared by the writes (:mod:`steerable.stores._sqlite_service`) and the reads
 (:class:`TurnRow`), the columns each read selects, and the conversions to the views.
 
 Texts a caller gives (an input's text, a turn's answer and error) are stored as JSON
-strings, so NUL and lone surrogates come back as they went in; event data, metadata and
-usage are JSON text (NULL for an empty object).
+strings, so NUL and lone surrogates come back as they went in; event data, metadata, an
+input's trace context and usage are JSON text (NULL for an empty object).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CLOCK = "((julianday('now') - 2440587.5) * 86400.0)"
 NOW = f"SELECT {CLOCK}"
 
 SVC = "epoch, holder, expires, running, inputs, queued, events"
-INPUT = "id, kind, text, seq, state, turn, step, at, metadata"
+INPUT = "id, kind, text, seq, state, turn, step, at, metadata, trace"
 """The columns :func:`input_view` reads, in its order."""
 QUEUED = "session = ? AND state = 'waiting' AND turn IS NULL"
 """The inputs waiting to be turns of their own (on the ``steerable_inputs_waiting`` index)."""
@@ -205,8 +205,11 @@ def length(db: sqlite3.Connection, session: str) -> int:
 
 def input_view(row: tuple[Any, ...]) -> InputView:
     """The view of a row of :data:`INPUT`'s columns."""
-    id, kind, text, seq, state, turn, step, at, metadata = row
-    return InputView(id, kind, json.loads(text), seq, state, turn, step, at, loads_object(metadata))
+    id, kind, text, seq, state, turn, step, at, metadata, trace = row
+    return InputView(
+        *(id, kind, json.loads(text), seq, state, turn, step, at),
+        *(loads_object(metadata), loads_object(trace)),
+    )
 
 
 def turn_view(svc: Svc, turn: TurnRow) -> TurnView:

@@ -156,11 +156,19 @@ CREATE TABLE steerable_journal (
 )
 """
 
+# Version 5: an input's trace context (issue 21), the W3C carrier of the span that sent it, as
+# JSON text of an object apart from the user's ``metadata``; NULL for ``{}``, as metadata, so
+# the inputs of before read ``{}`` and the step only adds the column.
+_TRACE = """
+ALTER TABLE steerable_inputs ADD COLUMN trace TEXT
+"""
+
 STEPS: tuple[tuple[int, str], ...] = (
     (1, _TABLES),
     (2, _SERVICE_TABLES),
     (3, _QUEUE),
     (4, _JOURNAL),
+    (5, _TRACE),
 )
 """The file's schema steps in order: ``(version, statements)``."""
 

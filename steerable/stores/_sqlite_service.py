@@ -36,7 +36,6 @@ from steerable.service_store import (
     Claim,
     Entry,
     Input,
-    InputKind,
     InputState,
     InputView,
     Lease,
@@ -90,14 +89,23 @@ def _fenced(tx: Tx, lease: Lease) -> TurnRow:
     return tx.turn(svc.running)
 
 
-def _first_queued(db: sqlite3.Connection, session: str) -> tuple[str, str, str, int, Any] | None:
-    """The id, kind, stored text, seq and metadata of the input that waits first to be a turn."""
+_PROMPT = "kind, text, metadata, trace"
+"""The columns :func:`_prompt` reads, in its order."""
+
+
+def _prompt(id: str, row: tuple[Any, ...]) -> Input:
+    """The input ``id`` as it was sent, from a row of :data:`_PROMPT`'s columns."""
+    kind, text, metadata, trace = row
+    return Input(kind, json.loads(text), id, loads_object(metadata), loads_object(trace))
+
+
+def _first_queued(db: sqlite3.Connection, session: str) -> tuple[Any, ...] | None:
+    """The id and seq of the input that waits first to be a turn, then :data:`_PROMPT`'s."""
     row = db.execute(
-        "SELECT id, kind, text, seq, metadata FROM steerable_inputs"
-        f" WHERE {QUEUED} ORDER BY seq LIMIT 1",
+        f"SELECT id, seq, {_PROMPT} FROM steerable_inputs WHERE {QUEUED} ORDER BY seq LIMIT 1",
         (session,),
     ).fetchone()
-    return cast(tuple[str, str, str, int, Any] | None, row)
+    return cast(tuple[Any, ...] | None, row)
 
 
 def _waiting(db: sqlite3.Connection, session: str, most: int | None = None) -> int:
@@ -155,11 +163,12 @@ def _enqueue(
     svc.queued += offered is None
     db.execute(
         "INSERT INTO steerable_inputs"
-        " (session, seq, id, kind, text, offered, ahead, turn, at, metadata)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " (session, seq, id, kind, text, offered, ahead, turn, at, metadata, trace)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             *(session, svc.inputs, input.id, input.kind, json.dumps(input.text)),
-            *(offered, ahead, offered, tx.now, dumps_object(input.metadata)),
+            *(offered, ahead, offered, tx.now),
+            *(dumps_object(input.metadata), dumps_object(input.trace)),
         ),
     )
     tx.emit("input", offered, {"id": input.id, "kind": input.kind, "turn": offered})
@@ -215,11 +224,11 @@ def _claim(
         turn, prompt = _start(tx, len(messages), cap)
     else:
         turn = tx.turn(svc.running)
-        (kind, text, metadata) = db.execute(
-            "SELECT kind, text, metadata FROM steerable_inputs WHERE session = ? AND id = ?",
+        row = db.execute(
+            f"SELECT {_PROMPT} FROM steerable_inputs WHERE session = ? AND id = ?",
             (tx.session, turn.id),
         ).fetchone()
-        prompt = Input(kind, json.loads(text), turn.id, loads_object(metadata))
+        prompt = _prompt(turn.id, row)
         turn.epoch = svc.epoch
         tx.save_turn(turn)
         tx.emit("holder", turn.id, {"holder": holder, "epoch": svc.epoch})
@@ -250,7 +259,7 @@ def _start(tx: Tx, start: int, cap: int) -> tuple[TurnRow, Input]:
     svc = tx.svc
     first = _first_queued(tx.db, tx.session)
     assert first is not None, f"session {tx.session!r} counts a queued input it lacks"
-    id, kind, text, seq, metadata = first
+    id, seq = first[:2]
     tx.db.execute(
         "UPDATE steerable_inputs SET state = 'prompt', turn = id WHERE session = ? AND id = ?",
         (tx.session, id),
@@ -271,7 +280,7 @@ def _start(tx: Tx, start: int, cap: int) -> tuple[TurnRow, Input]:
         " VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
         (tx.session, id, turn.ord, start, cap, svc.epoch, offered, seq, tx.now),
     )
-    return turn, Input(cast(InputKind, kind), json.loads(text), id, loads_object(metadata))
+    return turn, _prompt(id, first[2:])
 
 
 def _renew(db: sqlite3.Connection, lease: Lease, seconds: float) -> Renewal:

@@ -1,5 +1,6 @@
 """The service store contract's cases for the queue: where a steer goes, conditional and
-bounded inputs, cancelling, the stop poll, the bounded and paged views, metadata and times.
+bounded inputs, cancelling, the stop poll, the bounded and paged views, metadata, trace
+contexts and times.
 
 They join :data:`steerable.testing.service_cases.SERVICE_CASES` (so every store that runs
 the service contract runs them) and follow its rules: fresh session ids, holder names of
@@ -17,10 +18,12 @@ import pytest
 
 from steerable.errors import QueueFull, SessionNotIdle, TurnMismatch
 from steerable.messages import assistant, new_id, user
-from steerable.service_store import Input, Outcome
+from steerable.service_store import TRACE_CHARS, Input, Outcome
 from steerable.testing.abilities import OpenStore, needs
 from steerable.testing.service_cases import (
     LONG,
+    SHORT,
+    WAIT,
     Both,
     _case,
     _claimed,
@@ -397,6 +400,87 @@ async def an_input_s_metadata_and_time_are_kept(store: Both) -> None:
     assert [w.metadata for w in status.waiting] == [METADATA, {}]
     listed = await store.inputs(sid, after=0, limit=10)
     assert listed[0].metadata == METADATA
+
+
+# -- trace contexts (issue 21) ----------------------------------------------------------------
+
+_STATE = "rojo=00f067aa0ba902b7,congo="
+TRACE = {
+    "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    "tracestate": _STATE + "t" * (TRACE_CHARS - len(_STATE)),  # as long as an input keeps
+}
+STEER_TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+
+@_case
+async def an_input_s_trace_is_kept_apart_from_its_metadata(store: Both) -> None:
+    """A send's and a steer's trace context come back as sent in every view, and not in the
+    metadata; an input sent without one reads ``{}``."""
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t", dict(METADATA), dict(TRACE)))
+    await store.enqueue(sid, Input("steer", "and this", "s", trace=dict(STEER_TRACE)))
+    await store.enqueue(sid, _send("plain", "p"))
+    view = await store.input(sid, "t")
+    assert view is not None and (view.trace, view.metadata) == (TRACE, METADATA)
+    steer = await store.input(sid, "s")
+    assert steer is not None and (steer.trace, steer.metadata) == (STEER_TRACE, {})
+    plain = await store.input(sid, "p")
+    assert plain is not None and plain.trace == {}
+    status = await store.status(sid)
+    assert [w.trace for w in status.waiting] == [TRACE, STEER_TRACE, {}]
+    listed = await store.inputs(sid, after=0, limit=10)
+    assert [v.trace for v in listed] == [TRACE, STEER_TRACE, {}]
+
+
+@_case
+async def a_claim_and_its_takeover_hand_the_prompt_over_with_its_trace(store: Both) -> None:
+    """The claimer of a turn, and the replica that takes it over after the lease expired,
+    get its prompt with the trace context it was sent with."""
+    sid = _sid()
+    sent = Input("send", "go", "t", dict(METADATA), dict(TRACE))
+    await store.enqueue(sid, sent)
+    first = await _claimed(store, sid, holder="a", seconds=SHORT)
+    assert not first.resumed and first.prompt == sent
+    await _first_step(store, first)
+    await asyncio.sleep(WAIT)
+    second = await _claimed(store, sid, holder="b")
+    assert (second.turn, second.resumed) == ("t", True)
+    assert second.prompt == sent
+    view = await store.input(sid, "t")
+    assert view is not None and (view.state, view.trace) == ("prompt", TRACE)
+
+
+@_case
+async def a_released_steer_s_turn_carries_the_steer_s_trace(store: Both) -> None:
+    """A steer offered to the running turn, never taken and freed at its end, becomes a turn
+    whose prompt has the steer's trace context, not the first turn's."""
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t", trace=dict(TRACE)))
+    claim = await _claimed(store, sid)
+    steer = Input("steer", "late", "s", trace=dict(STEER_TRACE))
+    assert (await store.enqueue(sid, steer)).turn == "t"
+    assert await _first_step(store, claim, take=0) == []
+    assert await store.end_turn(claim.lease, Outcome("stopped")) == "s"
+    follow = await _claimed(store, sid)
+    assert (follow.turn, follow.resumed) == ("s", False)
+    assert follow.prompt == steer
+    view = await store.input(sid, "s")
+    assert view is not None and (view.state, view.trace) == ("prompt", STEER_TRACE)
+
+
+@_case
+async def an_input_sent_again_with_another_trace_keeps_the_first(store: Both) -> None:
+    """A duplicate id changes nothing, its trace context included."""
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t", trace=dict(TRACE)))
+    again = await store.enqueue(sid, Input("send", "go", "t", trace=dict(STEER_TRACE)))
+    assert again.duplicate
+    await store.enqueue(sid, Input("send", "next", "u"))
+    retried = await store.enqueue(sid, Input("send", "next", "u", trace=dict(STEER_TRACE)))
+    assert retried.duplicate
+    assert [w.trace for w in (await store.status(sid)).waiting] == [TRACE, {}]
+    claim = await _claimed(store, sid)
+    assert claim.prompt.trace == TRACE
 
 
 @_case

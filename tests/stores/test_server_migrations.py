@@ -1,15 +1,17 @@
 """The migrations of every server store, one test each over Postgres, MySQL and MongoDB.
 
 Each backend gives an empty database of its own (a Postgres schema, a MySQL database, a
-MongoDB database), its next step for the tests to append, and a way to record a version
-by hand. What is one backend's alone (Postgres's transactional steps, MySQL's adopted
-tables, MongoDB's layout 1) is tested beside that backend.
+MongoDB database), its next step for the tests to append, a way to record a version by
+hand, and the rows an input had before the trace context (issue 21) written by hand. What
+is one backend's alone (Postgres's transactional steps, MySQL's adopted tables, MongoDB's
+layout 1) is tested beside that backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -18,8 +20,10 @@ from typing import Any
 
 import pytest
 
+from steerable import codec
 from steerable.errors import StoreUnavailable
 from steerable.messages import user
+from steerable.service_store import Input
 from steerable.stores.migrations import Migration, SchemaVersioned, check_schema
 from tests.stores.conftest import unavailable
 
@@ -36,6 +40,8 @@ class Backend:
     ran: Callable[[Any], Awaitable[bool]]  # whether that step has run
     apply: str  # how the refusals say to apply the steps (a pattern)
     serialised: bool  # migrators queue on a lock: one applies, the others find it done
+    untraced: int  # the steps of the last schema whose inputs had no trace context
+    queued: Callable[[Any], Awaitable[None]]  # OLD_INPUT waiting in session "s", as it wrote
     fixtures: tuple[str, ...] = ()
 
     @property
@@ -49,6 +55,11 @@ class Backend:
     async def migrate(self, handle: Any) -> list[int]:
         applied: list[int] = await self.package.migrate(handle)
         return applied
+
+
+OLD_INPUT = Input("send", "sent before", "q", {"k": 1})
+"""The input each backend's ``queued`` writes by hand, as the release before the trace did."""
+TRACE = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 
 
 # -- Postgres: a schema of its own in the server's database, on a pool whose search path
@@ -82,6 +93,19 @@ async def _postgres() -> AsyncIterator[Any]:
 
 async def _postgres_record(pool: Any, version: int) -> None:
     await pool.execute("INSERT INTO steerable_schema (version) VALUES ($1)", version)
+
+
+async def _postgres_queued(pool: Any) -> None:
+    await pool.execute(
+        "INSERT INTO steerable_sessions (session, inputs, queued) VALUES ('s', 1, 1)"
+    )
+    await pool.execute(
+        "INSERT INTO steerable_inputs (session, seq, id, kind, body, ahead, metadata)"
+        " VALUES ('s', 1, $1, 'send', $2, 0, $3)",
+        OLD_INPUT.id,
+        codec.encode(OLD_INPUT.message(steered=True)),
+        json.dumps(OLD_INPUT.metadata),
+    )
 
 
 async def _postgres_ran(pool: Any) -> bool:
@@ -121,6 +145,19 @@ async def _mysql_record(pool: Any, version: int) -> None:
     await _mysql_query(pool, f"INSERT INTO steerable_schema (version) VALUES ({version})")
 
 
+async def _mysql_queued(pool: Any) -> None:
+    await _mysql_query(
+        pool, "INSERT INTO steerable_service (session, queued, inputs) VALUES ('s', 1, 1)"
+    )
+    async with pool.acquire() as conn, conn.cursor() as cursor:
+        await cursor.execute(
+            "INSERT INTO steerable_inputs (session, seq, id, kind, text, ahead, state, metadata,"
+            " at) VALUES ('s', 1, %s, 'send', %s, 0, 'waiting', %s, 1700000000)",
+            (OLD_INPUT.id, json.dumps(OLD_INPUT.text), json.dumps(OLD_INPUT.metadata)),
+        )
+        await conn.commit()
+
+
 async def _mysql_ran(pool: Any) -> bool:
     return bool(await _mysql_query(pool, "SELECT id FROM steerable_next") == ((1,),))
 
@@ -146,6 +183,18 @@ async def _mongodb_record(db: Any, version: int) -> None:
 
 async def _mongodb_next(db: Any) -> None:
     await db["steerable_next"].update_one({"_id": 1}, {"$set": {"ran": True}}, upsert=True)
+
+
+async def _mongodb_queued(db: Any) -> None:
+    from steerable.stores.mongodb._documents import NEW_SESSION
+
+    service = {"_id": "s", **NEW_SESSION, "seq": 1, "q": 1, "wt": 1, "w": True}
+    await db["steerable_service"].insert_one(service)
+    doc: dict[str, Any] = {"_id": {"s": "s", "i": OLD_INPUT.id}, "s": "s", "i": OLD_INPUT.id}
+    doc |= {"n": 1, "at": 1_700_000_000_000, "kd": "send", "tx": json.dumps(OLD_INPUT.text)}
+    doc |= {"of": None, "ah": 0, "st": "waiting", "t": None, "sp": None}
+    doc["md"] = json.dumps(OLD_INPUT.metadata)
+    await db["steerable_inputs"].insert_one(doc)
 
 
 async def _mongodb_ran(db: Any) -> bool:
@@ -177,6 +226,8 @@ BACKENDS = [
         _postgres_ran,
         apply=r"postgres\.migrate\(pool\)",
         serialised=True,
+        untraced=5,
+        queued=_postgres_queued,
     ),
     Backend(
         "mysql",
@@ -194,6 +245,8 @@ BACKENDS = [
         _mysql_ran,
         apply=r"mysql\.migrate\(pool\)",
         serialised=True,
+        untraced=4,
+        queued=_mysql_queued,
     ),
     Backend(
         "mongodb",
@@ -204,6 +257,8 @@ BACKENDS = [
         _mongodb_ran,
         apply=r"mongodb\.migrate\(db\)",
         serialised=False,  # no lock: every step may run twice, and at once
+        untraced=5,  # no step: an input document without `tc` has none
+        queued=_mongodb_queued,
         fixtures=("mongo_server",),
     ),
 ]
@@ -304,3 +359,33 @@ async def test_replicas_migrating_at_once_record_each_step_once(
         assert all(done == latest[len(latest) - len(done) :] for done in applied)
     await backend.store(empty).check_schema()
     assert await backend.migrate(empty) == []
+
+
+async def test_the_inputs_of_before_the_trace_context_read_none(
+    backend: Backend, empty: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a database of the last schema without an input's trace, with an input waiting as
+    # that release wrote it: migrated, it reads {} in every view and in its turn's claim
+    monkeypatch.setattr(
+        f"steerable.stores.{backend.name}._migrate.MIGRATIONS",
+        backend.migrations[: backend.untraced],
+    )
+    assert await backend.migrate(empty) == list(range(1, backend.untraced + 1))
+    monkeypatch.undo()
+    await backend.queued(empty)
+    later = [m.version for m in backend.migrations[backend.untraced :]]
+    assert await backend.migrate(empty) == later
+    store = backend.store(empty)
+    view = await store.input("s", OLD_INPUT.id)
+    assert view is not None and (view.text, view.metadata, view.trace) == (
+        "sent before",
+        {"k": 1},
+        {},
+    )
+    assert [(v.id, v.trace) for v in await store.inputs("s", after=0, limit=10)] == [("q", {})]
+    assert [(w.id, w.trace) for w in (await store.status("s")).waiting] == [("q", {})]
+    await store.enqueue("s", Input("send", "sent after", "u", trace=dict(TRACE)))
+    claim = await store.claim("a", seconds=60, cap=16, session="s")
+    assert claim is not None and claim.prompt == OLD_INPUT
+    traced = await store.input("s", "u")
+    assert traced is not None and traced.trace == TRACE

@@ -1,6 +1,6 @@
-"""The SQLite store's queue layout (schema 3): the upgrade of a version 2 file with its rows,
-the stop poll's kept answer, and the plans of the new reads (the contract's queue cases run
-in test_sqlite_contract)."""
+"""The SQLite store's queue layout (schema 3, and schema 5's trace context of an input): the
+upgrades of a version 2 and a version 4 file with their rows, the stop poll's kept answer,
+and the plans of the new reads (the contract's queue cases run in test_sqlite_contract)."""
 
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ async def test_a_version_2_file_is_upgraded_with_its_rows_and_their_times(tmp_pa
     async with SQLiteStore(path) as store:
         # the inputs' and turns' times come from the events that recorded them
         inputs = await store.inputs("s", after=0, limit=10)
-        assert [(i.id, i.state, i.at, i.metadata) for i in inputs] == [
-            ("p1", "prompt", 100.0, {}),
-            ("k", "taken", 102.0, {}),
-            ("p2", "prompt", 104.0, {}),
-            ("q", "waiting", 107.0, {}),
+        assert [(i.id, i.state, i.at, i.metadata, i.trace) for i in inputs] == [
+            ("p1", "prompt", 100.0, {}, {}),
+            ("k", "taken", 102.0, {}, {}),
+            ("p2", "prompt", 104.0, {}, {}),
+            ("q", "waiting", 107.0, {}, {}),
         ]
         turns = await store.turns("s", after=0, limit=10)
         assert [(t.id, t.seq, t.state, t.started_at, t.ended_at, t.usage) for t in turns] == [
@@ -115,14 +115,85 @@ async def test_a_version_2_file_is_upgraded_with_its_rows_and_their_times(tmp_pa
         assert (await store.turns("s", after=1, limit=1))[0].usage == {"input_tokens": 3}
         claim = await store.claim("r2", seconds=60, cap=4, session="s")
         assert claim is not None and claim.turn == "q" and claim.lease.epoch == 4
+        assert claim.prompt == Input("send", "third", "q")  # no trace: {}
         await store.step(claim.lease, [claim.prompt.message(steered=False)], at=3, take=4)
         last = (await store.transcript("s", after=2, limit=10))[0]
         assert last.message.id == "q" and last.at is not None
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     before = _dump(path)
     async with SQLiteStore(path) as store:  # a file of this version is opened as it is
         assert (await store.status("s")).turn is not None
+    assert _dump(path) == before
+
+
+# -- a version 4 file: the inputs of before have no trace context --------------------------
+
+TRACE = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+
+
+def _version_4(path: Path) -> None:
+    """A file as schema 4 left it: turn "t" running under "r" (epoch 1), a steer "s" offered
+    to it, a send "u" queued; the steps as shipped, the rows as that version wrote them."""
+    db = sqlite3.connect(path, isolation_level=None)
+    for version, statements in STEPS[:4]:
+        assert version <= 4
+        for statement in statements.split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute(
+        "INSERT INTO steerable_messages VALUES ('s', 0, 't', ?, 100.0)",
+        (codec.encode(user("go", id="t")),),
+    )
+    columns = "session, seq, id, kind, text, offered, ahead, state, turn, step, at, metadata"
+    for row in [
+        ("s", 1, "t", "send", '"go"', None, 0, "prompt", "t", None, 100.0, '{"k": 1}'),
+        ("s", 2, "s", "steer", '"and"', "t", 0, "waiting", "t", None, 101.0, None),
+        ("s", 3, "u", "send", '"next"', None, 1, "waiting", None, None, 102.0, None),
+    ]:
+        db.execute(f"INSERT INTO steerable_inputs ({columns}) VALUES ({','.join('?' * 12)})", row)
+    db.execute(
+        "INSERT INTO steerable_turns (session, id, ord, start_position, cap, state, epoch,"
+        " steps, offered, seq, started_at) VALUES ('s', 't', 1, 0, 4, 'running', 1, 1, 1, 1,"
+        " 100.5)"
+    )
+    db.execute(
+        "INSERT INTO steerable_service (session, epoch, holder, expires, running, inputs,"
+        " queued, events) VALUES ('s', 1, 'r', 4102444800.0, 't', 3, 1, 0)"
+    )
+    db.execute("PRAGMA user_version = 4")
+    db.close()
+
+
+async def test_a_version_4_file_is_upgraded_and_its_inputs_have_no_trace(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    _version_4(path)
+    async with SQLiteStore(path) as store:
+        inputs = await store.inputs("s", after=0, limit=10)
+        assert [(i.id, i.state, i.metadata, i.trace) for i in inputs] == [
+            ("t", "prompt", {"k": 1}, {}),
+            ("s", "waiting", {}, {}),
+            ("u", "waiting", {}, {}),
+        ]
+        assert [w.trace for w in (await store.status("s")).waiting] == [{}, {}]
+        view = await store.input("s", "u")
+        assert view is not None and view.trace == {}
+        await store.enqueue("s", Input("send", "traced", "v", trace=dict(TRACE)))
+        # the running turn ends, its steer freed: the steer's turn, then the next, start
+        lease = Lease("s", "r", 1, 4102444800.0)
+        assert await store.end_turn(lease, Outcome("stopped")) == "s"
+        claims = []
+        for _ in range(3):
+            claim = await store.claim("r2", seconds=60, cap=4, session="s")
+            assert claim is not None
+            claims.append((claim.turn, claim.prompt.trace))
+            await store.end_turn(claim.lease, Outcome("completed"))
+        assert claims == [("s", {}), ("u", {}), ("v", TRACE)]
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    before = _dump(path)
+    async with SQLiteStore(path) as store:  # a file of this version is opened as it is
+        assert (await store.input("s", "v")) is not None
     assert _dump(path) == before
 
 

@@ -15,9 +15,11 @@ Collections made by migration step 3, fields added by step 4:
 - ``steerable_inputs``, ``_id {s, i}`` (so one id is one input, however many replicas race
   to write it): ``n`` seq, ``kd`` kind, ``tx`` the text as JSON text (NUL and any unicode
   round-trip), ``of``/``ah`` the first answer, ``st`` state, ``t`` turn, ``sp`` step, ``at``
-  its arrival (milliseconds, server clock), ``md`` its metadata (JSON text; absent: none).
-  Indexes ``(s, n)``, ``(s, st, t, n)`` (the queue's head, a turn's offered steers) and
-  ``(s, st, n)`` (the waiting inputs in order, whatever they were offered to).
+  its arrival (milliseconds, server clock), ``md`` its metadata (JSON text; absent: none),
+  ``tc`` its trace context (JSON text; absent: none, as on every input written before
+  issue 21, so no step converts them). Indexes ``(s, n)``, ``(s, st, t, n)`` (the queue's
+  head, a turn's offered steers) and ``(s, st, n)`` (the waiting inputs in order, whatever
+  they were offered to).
 - ``steerable_turns``, ``_id {s, i}``: ``o`` claim order, ``n`` its prompt's seq,
   ``start``, ``cap``, ``st``, ``ep``, ``steps``, ``tk`` steers taken, ``of`` offered,
   ``stop``, ``end``, ``tx``/``er`` the outcome's text and error (JSON text), ``us`` its usage
@@ -75,9 +77,16 @@ def metadata_of(doc: Doc) -> dict[str, Any]:
     return found
 
 
+def trace_of(doc: Doc) -> dict[str, str]:
+    """The trace context kept in an input document's ``tc`` (``{}`` when none)."""
+    text = doc.get("tc")
+    found: dict[str, str] = json.loads(text) if text else {}
+    return found
+
+
 def input_of(doc: Doc) -> Input:
     """The :class:`Input` an input document records."""
-    return Input(doc["kd"], json.loads(doc["tx"]), doc["i"], metadata_of(doc))
+    return Input(doc["kd"], json.loads(doc["tx"]), doc["i"], metadata_of(doc), trace_of(doc))
 
 
 def input_view(doc: Doc) -> InputView:
@@ -92,6 +101,7 @@ def input_view(doc: Doc) -> InputView:
         doc["sp"],
         at=int(doc.get("at", 0)) / 1000,
         metadata=metadata_of(doc),
+        trace=trace_of(doc),
     )
 
 
@@ -133,4 +143,6 @@ def new_input(
     doc |= {"st": "waiting", "t": offered, "sp": None}
     if input.metadata:
         doc["md"] = json.dumps(input.metadata)
+    if input.trace:
+        doc["tc"] = json.dumps(input.trace)
     return doc

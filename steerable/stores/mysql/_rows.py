@@ -2,8 +2,8 @@
 
 Each ``SELECT`` list here and the function that decodes its row are kept side by side, so
 a column added to one is added to the other. Ids and states are VARBINARY/ASCII columns
-(bytes or str, by the pool's ``use_unicode``); texts, answers, errors, usage and metadata
-are JSON text; times are exact decimals of seconds since the Unix epoch.
+(bytes or str, by the pool's ``use_unicode``); texts, answers, errors, usage, metadata and
+an input's trace context are JSON text; times are exact decimals of seconds since the Unix epoch.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ TURN_COLUMNS = (
 TURN = f"SELECT {', '.join(TURN_COLUMNS)} FROM steerable_turns"
 """A turn's row; the WHERE clause is appended."""
 
-INPUT = "SELECT id, kind, text, seq, state, turn, step, at, metadata FROM steerable_inputs"
+INPUT = "SELECT id, kind, text, seq, state, turn, step, at, metadata, trace FROM steerable_inputs"
 """An input's row, as :func:`input_view` reads it; the WHERE clause is appended."""
 
 BY_STATE = " FORCE INDEX (steerable_inputs_state)"
@@ -195,7 +195,7 @@ def turn_view(
 
 def input_view(row: tuple[Any, ...]) -> InputView:
     """A row of :data:`INPUT`; an input of before schema 3 arrived at 0.0 (not recorded)."""
-    id, kind, text, seq, state, turn, step, at, metadata = row
+    id, kind, text, seq, state, turn, step, at, metadata, trace = row
     return InputView(
         text_of(id),
         text_of(kind),  # type: ignore[arg-type]  # written by this store: an InputKind
@@ -206,4 +206,5 @@ def input_view(row: tuple[Any, ...]) -> InputView:
         None if step is None else int(step),
         0.0 if at is None else float(at),
         json_object(metadata),
+        json_object(trace),
     )

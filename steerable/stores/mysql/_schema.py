@@ -24,6 +24,8 @@ and CREATE ROUTINE, ALTER ROUTINE (step 3 makes, calls and drops a procedure of 
 Step 3 adds no procedure: the messages' new ``at`` column has a default, which the inserts
 of both procedures take, so the save and the step stay one CALL each. Step 4 adds one
 table, the tool journal's, written by plain transactions of the store (see ``._journal``).
+Step 5 adds an input's ``trace`` column the way step 3 adds its columns (a procedure of its
+own, dropped at its end), so it needs the same rights.
 
 MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
 ``JSON_TABLE``, window functions, ``SIGNAL``, ``SKIP LOCKED``, indexed generated columns
@@ -449,6 +451,27 @@ _STEP_4 = (
 ) {_TABLE}""",
 )
 
+# Step 5: an input's trace context (issue 21), the W3C carrier of the span that sent it, as
+# JSON text of an object beside the user's metadata; NULL for {}, as metadata, so the
+# inputs of before read {} and the ALTER is instant. Made as step 3's additions are: a
+# procedure of the step's own checks information_schema (MySQL has no ADD COLUMN IF NOT
+# EXISTS), made, called and dropped by the step, so a step cut off half way runs again.
+_MIGRATE_5 = "steerable_migrate_v5"
+_INPUTS_5 = _once("steerable_inputs", "trace", f"ADD COLUMN trace {_JSON_STR} NULL")
+
+_STEP_5 = (
+    f"DROP PROCEDURE IF EXISTS {_MIGRATE_5}",
+    f"""CREATE PROCEDURE {_MIGRATE_5}()
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'steerable: schema step 5, made and dropped by the step itself'
+BEGIN
+    {_INPUTS_5}
+END""",
+    f"CALL {_MIGRATE_5}()",
+    f"DROP PROCEDURE {_MIGRATE_5}",
+)
+
 MIGRATIONS: Final = validated(
     [
         Migration(1, "the sessions, messages and steers tables and the save procedure", _STEP_1),
@@ -460,6 +483,7 @@ MIGRATIONS: Final = validated(
             _STEP_3,
         ),
         Migration(4, "the tool journal: a row per call key of a session, its result", _STEP_4),
+        Migration(5, "an input's trace context, kept apart from its metadata", _STEP_5),
     ]
 )
 """The schema of the MySQL/MariaDB store: apply it with :func:`steerable.stores.mysql.migrate`."""

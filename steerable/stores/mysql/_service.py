@@ -351,11 +351,11 @@ async def _enqueue(
     seq = svc.inputs + 1
     await tx.run(
         "INSERT INTO steerable_inputs (session, seq, id, kind, text, body, offered, ahead,"
-        f" state, turn, metadata, at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'waiting', %s,"
-        f" %s, {NOW})",
+        f" state, turn, metadata, trace, at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+        f" 'waiting', %s, %s, %s, {NOW})",
         (
             *(session, seq, input.id, input.kind, json.dumps(input.text), body),
-            *(offered, ahead, offered, object_text(input.metadata)),
+            *(offered, ahead, offered, object_text(input.metadata), object_text(input.trace)),
         ),
     )
     data = {"id": input.id, "kind": input.kind, "turn": offered}
@@ -432,7 +432,7 @@ async def _claim(
     return Claim(
         Lease(session, holder, epoch, float(expires)),
         name,
-        Input(prompt.kind, prompt.text, prompt.id, prompt.metadata),
+        Input(prompt.kind, prompt.text, prompt.id, prompt.metadata, prompt.trace),
         turn.start,
         messages,
         resumed,

@@ -49,6 +49,11 @@ Step 5 is the tool journal of issue 19 (:class:`steerable.store.Journaling`):
 ``text`` column for the same reason as a body. ``started_at`` and ``ended_at`` are the
 server's times, for an operator reading the table; the store reads neither. The step only
 adds a table: a database at version 4 keeps every row as it was.
+
+Step 6 is an input's trace context of issue 21 (:attr:`steerable.service_store.Input.trace`):
+the W3C carrier of the span that sent it, JSON text in a column of its own beside the user's
+``metadata``, NULL for ``{}`` as metadata is. The step only adds the column: the inputs of
+before read ``{}``.
 """
 
 from __future__ import annotations
@@ -208,6 +213,11 @@ WHERE t.started_at IS NULL AND e.session = t.session AND e.turn = t.id""",
     CONSTRAINT steerable_journal_key PRIMARY KEY (session, key)
 )""",
             ),
+        ),
+        Migration(
+            6,
+            "an input's trace context, kept apart from its metadata",
+            ("ALTER TABLE steerable_inputs ADD COLUMN IF NOT EXISTS trace text",),
         ),
     ]
 )

@@ -55,7 +55,7 @@ __all__ = ["CHANNEL", "PostgresServiceTables"]
 _POSITION_KEY = "steerable_messages_position"
 
 # $1 session, $2 id, $3 kind, $4 body, $5 metadata, $6 if_idle, $7 expected_turn, $8
-# max_waiting. A steer is offered to the running turn when it is not stopping and was
+# max_waiting, $9 trace. A steer is offered to the running turn when it is not stopping and was
 # offered fewer than its cap; while no turn runs, to the head of the queue (the first input
 # waiting to be a turn: the next claim starts it, and counts the offers then); anything else
 # waits to be a turn of its own. The conditions refuse in their order (`refused`), and a
@@ -92,8 +92,10 @@ WITH {LOCKED}, seen AS (
     SELECT verdict.*, CASE WHEN offered IS NULL THEN busy::int + queued ELSE 0 END AS ahead
     FROM verdict WHERE refused IS NULL
 ), added AS (
-    INSERT INTO steerable_inputs (session, seq, id, kind, body, offered, ahead, turn, metadata)
-    SELECT $1, seq, $2, $3, $4, offered, ahead, offered, $5 FROM answer
+    INSERT INTO steerable_inputs (
+        session, seq, id, kind, body, offered, ahead, turn, metadata, trace
+    )
+    SELECT $1, seq, $2, $3, $4, offered, ahead, offered, $5, $9 FROM answer
 ), offer AS (
     UPDATE steerable_turns t SET offered = t.offered + 1
     FROM answer WHERE t.session = $1 AND t.id = answer.offered
@@ -194,7 +196,7 @@ WITH {locked}, fresh AS (
     RETURNING s.session, s.epoch, extract(epoch FROM s.expires)::float8 AS expires
 )
 SELECT EXISTS (SELECT FROM locked) AS known, EXISTS (SELECT FROM fresh) AS fresh,
-    held.session, held.epoch, held.expires, turn.*, i.kind, i.body, i.metadata,
+    held.session, held.epoch, held.expires, turn.*, i.kind, i.body, i.metadata, i.trace,
     (SELECT array_agg(m.id ORDER BY m.position) FROM steerable_messages m
         WHERE m.session = held.session) AS ids,
     (SELECT array_agg(m.body ORDER BY m.position) FROM steerable_messages m
@@ -396,6 +398,7 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             if_idle,
             expected_turn,
             max_waiting,
+            object_text(input.trace),
             create=True,
             unknown=unknown,
         )
@@ -440,7 +443,13 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         return Claim(
             Lease(name, holder, row["epoch"], row["expires"]),
             row["id"],
-            Input(row["kind"], prompt.text, row["id"], json_object(row["metadata"])),
+            Input(
+                row["kind"],
+                prompt.text,
+                row["id"],
+                json_object(row["metadata"]),
+                json_object(row["trace"]),
+            ),
             row["start"],
             messages,
             row["resumed"],

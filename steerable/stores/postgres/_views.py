@@ -7,7 +7,8 @@ rows' bodies (``status`` counts the rest on the index of waiting inputs).
 
 The session's metadata is written here too, by ``set_metadata``: one upsert of the session's
 row that no locking write reads (so it leaves the row's ``version`` alone), made for a
-session that has none yet. Metadata, an input's included, is JSON text, NULL for ``{}``.
+session that has none yet. Metadata, an input's included, is JSON text, NULL for ``{}``; so is
+an input's trace context, in a column of its own.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ _TURN_VIEW = """t.id AS turn_id, t.state AS turn_state,
     extract(epoch FROM t.ended_at)::float8 AS ended_at, t.usage"""
 
 INPUT_VIEW: Final = """i.id, i.kind, i.body, i.seq, i.state, i.turn, i.step, i.metadata,
-    extract(epoch FROM i.at)::float8 AS at"""
+    i.trace, extract(epoch FROM i.at)::float8 AS at"""
 """The columns of an input (alias ``i``) that :func:`input_view` reads."""
 
 # One row per waiting input shown (at least one row): the first `limit` by seq, through the
@@ -205,6 +206,7 @@ def input_view(session: str, row: Any) -> InputView:
         row["step"],
         row["at"] or 0.0,
         json_object(row["metadata"]),
+        json_object(row["trace"]),
     )
 
 

@@ -1,5 +1,6 @@
 """What the MySQL store's migrations do beyond every server store's (those:
-tests/stores/test_server_migrations.py): the tables' engine and collation, old tables."""
+tests/stores/test_server_migrations.py): the tables' engine and collation, old tables, steps
+cut off half way."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from steerable import codec
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.messages import user
+from steerable.service_store import Input
 from steerable.stores.mysql import MIGRATIONS, MySQLStore, migrate
 from tests.stores.mysql import server
 
@@ -90,7 +92,33 @@ async def test_a_database_of_schema_3_gets_the_journal_from_step_4(
     store = MySQLStore(empty)
     with pytest.raises(StoreUnavailable, match=r"version 3;.*step 4 \(the tool journal"):
         await store.begin_calls("s", ["k"])
-    assert await migrate(empty) == [4]
+    assert await migrate(empty) == [4, 5]
     assert [m.text for m in await store.messages("s")] == ["kept"]
     assert await store.begin_calls("s", ["k"]) == {}
     assert await store.begin_calls("s", ["k"]) == {"k": None}
+
+
+async def test_a_step_5_cut_off_half_way_runs_again_whole(
+    empty: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a migrator that died after the trace column was added, before the version was
+    # recorded and before it dropped its procedure
+    monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert await migrate(empty) == [1, 2, 3, 4]
+        monkeypatch.undo()
+        for statement in MIGRATIONS[4].steps[:3]:
+            await _query(empty, statement)
+        assert await migrate(empty) == [5]
+    store = MySQLStore(empty)
+    trace = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    await store.enqueue("s", Input("send", "go", "t", trace=trace))
+    view = await store.input("s", "t")
+    assert view is not None and view.trace == trace
+    procedures = await _query(
+        empty,
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES"
+        " WHERE ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME",
+    )
+    assert [name for (name,) in procedures] == ["steerable_save_v1", "steerable_step_v1"]

@@ -13,7 +13,7 @@ import pytest
 from steerable import codec
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.messages import ToolResult, assistant, user
-from steerable.service_store import Input
+from steerable.service_store import Input, Lease
 from steerable.store import Steer
 from steerable.stores.migrations import Migration
 from steerable.stores.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore, migrate
@@ -73,7 +73,7 @@ async def test_a_database_at_version_1_keeps_its_data_through_the_service_tables
         old = PostgresStore(empty_schema)
         await old.save("s", [user("kept"), assistant("too")], at=0)
         await old.steer("s", Steer("still waiting", "w"))
-    assert await migrate(empty_schema) == [2, 3, 4, 5]
+    assert await migrate(empty_schema) == [2, 3, 4, 5, 6]
     store = PostgresStore(empty_schema)
     assert [m.text for m in await store.messages("s")] == ["kept", "too"]
     assert [(s.id, s.text) for s in await store.steers("s")] == [("w", "still waiting")]
@@ -163,6 +163,36 @@ async def _old_turn(pool: Any, session: str, id: str, started: str, ended: str) 
     await _old_event(pool, session, events, "turn_ended", id, '{"state": "completed"}', ended)
 
 
+async def _old_claim(pool: Any, session: str, id: str, holder: str) -> Lease:
+    """The claim of the queue's head ``id`` as versions 4 and 5 wrote it (their statement
+    reads no trace), its turn starting after the transcript; the holder's lease."""
+    await pool.execute(
+        "UPDATE steerable_inputs SET state = 'prompt', turn = id WHERE session = $1 AND id = $2",
+        session,
+        id,
+    )
+    epoch, expires, seq, start = await pool.fetchrow(
+        "UPDATE steerable_sessions SET version = version + 1, epoch = epoch + 1, holder = $2,"
+        " expires = now() + interval '60 seconds', running = $3, queued = queued - 1"
+        " WHERE session = $1 RETURNING epoch, extract(epoch FROM expires)::float8,"
+        " (SELECT seq FROM steerable_inputs WHERE session = $1 AND id = $3),"
+        " (SELECT count(*) FROM steerable_messages WHERE session = $1)",
+        session,
+        holder,
+        id,
+    )
+    await pool.execute(
+        "INSERT INTO steerable_turns (session, id, began, start_position, cap, state, epoch,"
+        " seq, started_at) VALUES ($1, $2, $3, $4, 16, 'running', $3, $5, now())",
+        session,
+        id,
+        epoch,
+        start,
+        seq,
+    )
+    return Lease(session, holder, epoch, expires)
+
+
 async def _migrated_to(pool: Any, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
     with monkeypatch.context() as earlier:  # the release at `version`
         for module in ("_store", "_migrate"):
@@ -176,7 +206,7 @@ async def test_a_database_at_version_2_lists_its_sessions_after_the_listing_step
     await _migrated_to(empty_schema, monkeypatch, 2)
     for name in ("b", "a", "\u00e9"):
         await _old_send(empty_schema, name, "go", "2020-01-01T00:00:00Z")
-    assert await migrate(empty_schema) == [3, 4, 5]
+    assert await migrate(empty_schema) == [3, 4, 5, 6]
     listed = await PostgresStore(empty_schema).sessions(prefix="", after=None, limit=10)
     assert [(s.session, s.state) for s in listed] == [
         ("a", "queued"),
@@ -202,11 +232,11 @@ async def test_a_database_at_version_3_keeps_its_rows_and_gains_their_times(
     await _old_turn(empty_schema, "s", "a", _T2, _T3)
     await _old_send(empty_schema, "s", "b", _T4)
     await _old_send(empty_schema, "s", "c", _T4)
-    assert await migrate(empty_schema) == [4, 5]
+    assert await migrate(empty_schema) == [4, 5, 6]
     store = PostgresStore(empty_schema)
     await store.check_schema()
     a = await store.input("s", "a")
-    assert a is not None and (a.state, a.at, a.metadata) == ("prompt", _epoch(_T1), {})
+    assert a is not None and (a.state, a.at, a.metadata, a.trace) == ("prompt", _epoch(_T1), {}, {})
     [turn] = await store.turns("s", after=0, limit=10)
     assert (turn.id, turn.state, turn.seq, turn.text) == ("a", "completed", 1, "done")
     assert (turn.started_at, turn.ended_at) == (_epoch(_T2), _epoch(_T3))
@@ -235,22 +265,22 @@ async def test_a_database_at_version_4_is_refused_until_the_journal_step_then_ke
     await _migrated_to(empty_schema, monkeypatch, 4)
     with monkeypatch.context() as earlier:  # the release at version 4 writes a session
         earlier.setattr("steerable.stores.postgres._store.MIGRATIONS", MIGRATIONS[:4])
-        old = PostgresStore(empty_schema)
-        await old.save("s", [user("kept")], at=0)
-        await old.enqueue("s", Input("send", "go", "t"))
-        claim = await old.claim("a", seconds=60, cap=16, session="s")
-    assert claim is not None
+        await PostgresStore(empty_schema).save("s", [user("kept")], at=0)
+    await _old_send(empty_schema, "s", "t", _T1)
+    lease = await _old_claim(empty_schema, "s", "t", "a")
     with pytest.raises(StoreUnavailable, match=r"version 4.*step 5 \(the tool journal"):
         await PostgresStore(empty_schema).check_schema()
-    assert await migrate(empty_schema) == [5]
+    assert await migrate(empty_schema) == [5, 6]
     store = PostgresStore(empty_schema)
     await store.check_schema()
     assert await store.begin_calls("s", ["k"]) == {}
     result = ToolResult("c", "pay", "paid", False)
     assert await store.end_call("s", "k", result) == result
-    await store.step(claim.lease, [claim.prompt.message(steered=False)], at=1, take=0)
-    assert [m.text for m in await store.messages("s")] == ["kept", "go"]
+    await store.step(lease, [user("text of t", id="t")], at=1, take=0)
+    assert [m.text for m in await store.messages("s")] == ["kept", "text of t"]
     assert await store.begin_calls("s", ["k"]) == {"k": result}
+    view = await store.input("s", "t")
+    assert view is not None and (view.state, view.trace) == ("prompt", {})
 
 
 async def test_an_input_state_outside_the_contract_is_refused_by_the_table(
