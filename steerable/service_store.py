@@ -198,6 +198,9 @@ class Claim:
     steers_taken: int
     cap: int
     stop_requested: bool
+    previous_holder: str | None = None
+    """On a takeover (``resumed``), the replica that held the turn before this claim (None
+    on a fresh claim, or where a store does not know it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -463,7 +463,7 @@ def _takeover(claim: Claim) -> dict[str, Any]:
         "steerable.previous_epoch": lease.epoch - 1,  # every claim grows it by one
         "steerable.steps": claim.steps,
     }
-    previous = getattr(claim, "previous_holder", None)
+    previous = claim.previous_holder
     if previous:
         values["steerable.previous_holder"] = previous
     return values
