@@ -1,0 +1,35 @@
+"""``bench/tracing.py --quick``: each mode runs in its own process and is what it says (no
+OpenTelemetry loaded; the API with nothing recording; the SDK making every span). No
+timing is asserted, only that the figures are there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_tracing_bench_quick() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "tracing.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    steps = found["steps"]
+    none, api = found["none"], found["api"]
+    assert none["opentelemetry_modules"] == 0 and none["ratio"] == 1.0
+    assert api["opentelemetry_modules"] > 0 and api["spans_per_run"] == 0
+    for mode in ("sdk, dropped", "sdk, batch"):
+        # a run: its invoke_agent span, a chat span per model request, a tool span per call
+        assert found[mode]["spans_per_run"] == 1 + (steps + 1) + steps, found[mode]
+    for mode in ("none", "api", "sdk, dropped", "sdk, batch"):
+        assert found[mode]["us_per_step"] > 0
+    assert "| sdk, batch" in done.stdout  # the markdown table
