@@ -305,9 +305,10 @@ class MemoryServiceTables:
 
     def _claim(self, name: str, svc: _Service, holder: str, expires: float, cap: int) -> Claim:
         svc.epoch += 1
+        resumed = svc.running is not None
+        previous = svc.holder if resumed else None
         svc.holder, svc.expires = holder, expires
         messages, _ = self._transcript(name)
-        resumed = svc.running is not None
         if svc.running is None:
             prompt = svc.queued()[0]
             prompt.state, prompt.turn = "prompt", prompt.input.id
@@ -334,6 +335,7 @@ class MemoryServiceTables:
             turn.steers_taken,
             turn.cap,
             turn.stop_requested,
+            previous,
         )
 
     def _fenced(self, lease: Lease) -> tuple[_Service, _Turn]:

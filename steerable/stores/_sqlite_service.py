@@ -211,6 +211,7 @@ def _claim(
         tx.rollback()
         return None
     svc.epoch += 1
+    previous = svc.holder if svc.running is not None else None
     svc.holder, svc.expires = holder, tx.now + seconds
     rows = db.execute(
         "SELECT position, id, body FROM steerable_messages WHERE session = ? ORDER BY position",
@@ -247,6 +248,7 @@ def _claim(
         turn.steers_taken,
         turn.cap,
         turn.stop_requested,
+        previous,
     )
 
 

@@ -451,6 +451,27 @@ async def a_claim_and_its_takeover_hand_the_prompt_over_with_its_trace(store: Bo
 
 
 @_case
+async def a_takeover_names_the_holder_it_took_the_turn_from(store: Both) -> None:
+    """A fresh claim has no previous holder; each takeover of an expired lease names the
+    replica that held the turn just before it, and the next turn's claim again none."""
+    sid = _sid()
+    await store.enqueue(sid, _send("go", "t"))
+    await store.enqueue(sid, _send("next", "u"))
+    first = await _claimed(store, sid, holder="r1", seconds=SHORT)
+    assert (first.resumed, first.previous_holder) == (False, None)
+    await _first_step(store, first)
+    await asyncio.sleep(WAIT)
+    second = await _claimed(store, sid, holder="r2", seconds=SHORT)
+    assert (second.turn, second.resumed, second.previous_holder) == ("t", True, "r1")
+    await asyncio.sleep(WAIT)
+    third = await _claimed(store, sid, holder="r3")
+    assert (third.turn, third.resumed, third.previous_holder) == ("t", True, "r2")
+    assert await store.end_turn(third.lease, Outcome("completed")) == "u"
+    follow = await _claimed(store, sid, holder="r4")
+    assert (follow.turn, follow.resumed, follow.previous_holder) == ("u", False, None)
+
+
+@_case
 async def a_released_steer_s_turn_carries_the_steer_s_trace(store: Both) -> None:
     """A steer offered to the running turn, never taken and freed at its end, becomes a turn
     whose prompt has the steer's trace context, not the first turn's."""

@@ -3,15 +3,17 @@
 Collections made by migration step 3, fields added by step 4:
 
 - ``steerable_service``, one per session, ``_id`` the session: ``ep`` the epoch, ``h`` the
-  holder (None), ``x`` the lease's expiry in milliseconds since the Unix epoch on the
-  server's clock (0 when nobody holds it), ``run`` the running turn (None), ``sr`` whether
-  its stop was asked, counters ``seq`` (inputs), ``ev`` (events), ``tn`` (turns claimed),
-  ``q`` (inputs waiting to be turns), ``wt`` (inputs waiting, offered or not), ``w`` (work:
-  a running turn or ``q`` > 0), ``now`` (the server's clock at the last write that appended
-  an event), ``rw`` (cuts, deletes and forks into it: :mod:`._rewrite`, :mod:`._fork`),
-  ``md`` the session's metadata (JSON text; absent: none). The index ``(w, x)`` lets a
-  claim that names no session look at sessions with work and no live lease; ``(h, sr)`` is
-  the stop poll's.
+  holder (None), ``ph`` the holder before the last claim (written by every claim in the
+  stage that writes ``h``, so a takeover's answer names it with no read of its own; absent
+  before issue 21 and read nowhere else: no step), ``x`` the lease's expiry in
+  milliseconds since the Unix epoch on the server's clock (0 when nobody holds it), ``run``
+  the running turn (None), ``sr`` whether its stop was asked, counters ``seq`` (inputs),
+  ``ev`` (events), ``tn`` (turns claimed), ``q`` (inputs waiting to be turns), ``wt``
+  (inputs waiting, offered or not), ``w`` (work: a running turn or ``q`` > 0), ``now`` (the
+  server's clock at the last write that appended an event), ``rw`` (cuts, deletes and forks
+  into it: :mod:`._rewrite`, :mod:`._fork`), ``md`` the session's metadata (JSON text;
+  absent: none). The index ``(w, x)`` lets a claim that names no session look at sessions
+  with work and no live lease; ``(h, sr)`` is the stop poll's.
 - ``steerable_inputs``, ``_id {s, i}`` (so one id is one input, however many replicas race
   to write it): ``n`` seq, ``kd`` kind, ``tx`` the text as JSON text (NUL and any unicode
   round-trip), ``of``/``ah`` the first answer, ``st`` state, ``t`` turn, ``sp`` step, ``at``

@@ -168,15 +168,18 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         found = await self._transaction(lambda s: self._claim_in(s, session, holder, seconds, cap))
         if found is None:
             return None
-        lease, turn, prompt, start, resumed, steps, taken, cap, stop = found
+        lease, turn, prompt, start, resumed, steps, taken, cap, stop, previous = found
         messages = await self.messages(session)
-        return Claim(lease, turn, prompt, start, messages, resumed, steps, taken, cap, stop)
+        return Claim(
+            lease, turn, prompt, start, messages, resumed, steps, taken, cap, stop, previous
+        )
 
     async def _claim_in(
         self, s: AsyncClientSession, session: str, holder: str, seconds: float, cap: int
-    ) -> tuple[Lease, str, Input, int, bool, int, int, int, bool] | None:
+    ) -> tuple[Lease, str, Input, int, bool, int, int, int, bool, str | None] | None:
         free = {"$expr": {"$lte": ["$x", NOW]}}
-        claimed = {"ep": {"$add": ["$ep", 1]}, "h": {"$literal": holder}}
+        # `ph` keeps the holder this claim takes over: in one stage "$h" is still the old one
+        claimed = {"ep": {"$add": ["$ep", 1]}, "h": {"$literal": holder}, "ph": "$h"}
         claimed["x"] = {"$add": ["$now", round(seconds * 1000)]}
         service = await self._lock(s, {"_id": session, "w": True} | free, claimed)
         if service is None:
@@ -208,7 +211,8 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         await events.write(self._events, s)
         steps, taken, stop = int(turn["steps"]), int(turn["tk"]), bool(turn["stop"])
         start, cap = int(turn["start"]), int(turn["cap"])
-        return lease, name, input_of(prompt), start, resumed, steps, taken, cap, stop
+        previous = service.get("ph") if resumed else None
+        return lease, name, input_of(prompt), start, resumed, steps, taken, cap, stop, previous
 
     async def _start(
         self, s: AsyncClientSession, session: str, service: Doc, cap: int

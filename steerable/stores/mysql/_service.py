@@ -440,4 +440,5 @@ async def _claim(
         turn.steers_taken,
         turn.cap,
         turn.stop_requested,
+        svc.holder if resumed else None,  # the locked row's, before this claim wrote it
     )

@@ -140,7 +140,8 @@ locked AS (
 # turn. It returns the transcript too (from the same snapshot), so a claim is one trip. A
 # new turn counts the steers offered to its prompt while it waited as offered to it (its
 # first step takes them), and records its prompt's seq and the time it started; a takeover
-# changes neither.
+# changes neither, and names the holder it takes the turn from (the locked row's, before
+# `held` overwrites it).
 _CLAIM = """
 WITH {locked}, fresh AS (
     SELECT locked.* FROM locked JOIN steerable_sessions snap USING (session)
@@ -154,10 +155,10 @@ WITH {locked}, fresh AS (
     WHERE m.session = (SELECT session FROM fresh)
 ), turn AS (
     SELECT t.id, t.start_position AS start, t.cap, t.steps, t.steers_taken, t.stop_requested,
-        true AS resumed
+        true AS resumed, fresh.holder AS previous_holder
     FROM fresh JOIN steerable_turns t ON t.session = fresh.session AND t.id = fresh.running
     UNION ALL
-    SELECT prompt.id, stored.n, $3::bigint, 0, 0, false, false FROM prompt, stored
+    SELECT prompt.id, stored.n, $3::bigint, 0, 0, false, false, NULL::text FROM prompt, stored
 ), began AS (
     INSERT INTO steerable_turns (
         session, id, began, start_position, cap, state, epoch, seq, offered, started_at
@@ -457,6 +458,7 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             row["steers_taken"],
             row["cap"],
             row["stop_requested"],
+            row["previous_holder"],
         )
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
