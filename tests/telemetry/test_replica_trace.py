@@ -106,8 +106,7 @@ async def test_a_turn_taken_over_after_a_sigkill_continues_the_post_s_trace(
     assert takeover["attributes"]["steerable.holder"] == "b"
     assert takeover["attributes"]["steerable.epoch"] == epoch
     assert takeover["attributes"]["steerable.previous_epoch"] == epoch - 1
-    if "steerable.previous_holder" in takeover["attributes"]:
-        assert takeover["attributes"]["steerable.previous_holder"] == "a"
+    assert takeover["attributes"]["steerable.previous_holder"] == "a"
     # Everything B did for the turn is in that trace, under its turn span.
     mine = [
         s
