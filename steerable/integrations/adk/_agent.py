@@ -71,8 +71,10 @@ class ADKAgent:
     keyless ADK run (see :mod:`._warm`): ADK's first run imports its run machinery on the
     event loop, holding it long enough (up to about a second) to lose a short lease. The
     constructor waits for it (about 0.5 s, at most 30 s), blocking a running loop it is
-    built on: build the agent before the replica serves. The warm-up's spans reach a
-    tracer the process set up, and a real model's own lazy imports are not warmed.
+    built on: build the agent before the replica serves. The warm-up's spans are left
+    unsampled (an SDK's default sampler records none), and a real model's own lazy
+    imports are not warmed. ADK's own OpenTelemetry spans of a turn nest under the turn's
+    ``invoke_agent`` span, ``gen_ai.conversation.id`` the session.
     """
 
     def __init__(

@@ -7,6 +7,10 @@ session service has already stored it, in place, with the same atomic call that 
 The steer is never written into the ADK session from outside the running process (ADK
 refuses a stale session then): it waits in the steerable box until the run takes it.
 
+Before a tool runs, the plugin puts the session on ADK's ``execute_tool`` span (ADK's
+OpenTelemetry spans use the global tracer provider, so they nest under the service turn's
+``invoke_agent`` span; that one alone lacks ``gen_ai.conversation.id``).
+
 Before a :func:`~._journaled.journaled` tool runs, the plugin stores the events held so far
 (the reply that called it among them, taking no steer): a run killed inside the tool is then
 carried on with that same call, under its id, which is what the tool journal is keyed by.
@@ -20,6 +24,7 @@ from google.adk.agents.base_agent import BaseAgent
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.plugins.base_plugin import BasePlugin
 
+from steerable import telemetry
 from steerable.errors import UsageError
 from steerable.integrations.adk import _records
 from steerable.integrations.adk._journaled import is_journaled
@@ -85,9 +90,18 @@ class SteeringPlugin(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        """Before a :func:`journaled` tool runs, store the reply that called it."""
+        """Before a :func:`journaled` tool runs, store the reply that called it.
+
+        ADK's ``execute_tool`` span (current here) gets the session as
+        ``gen_ai.conversation.id``, which ADK puts on its other spans but not on that one."""
         context = tool_context._invocation_context
-        if self._ours(context) and is_journaled(getattr(tool, "func", None)):
+        if not self._ours(context):
+            return None
+        if telemetry.tracer() is not None:
+            from opentelemetry import trace
+
+            trace.get_current_span().set_attribute("gen_ai.conversation.id", context.session.id)
+        if is_journaled(getattr(tool, "func", None)):
             await self.service.store_held(context.session)
         return None
 

@@ -17,8 +17,9 @@ What it does not do, and what it costs:
 - It waits at most :data:`TIMEOUT`. A warm-up that hangs (ADK's first run stuck) is left
   running in its daemon thread, logged, and not tried again: the first turn pays the
   imports it did not finish.
-- It is a real ADK invocation (app and agent ``warm_up``): a tracer the process set up
-  (OpenTelemetry, which ADK reports to) sees its spans.
+- It is a real ADK invocation (app and agent ``warm_up``), run under an unsampled parent
+  span, so an OpenTelemetry SDK with the default (parent-based) sampler records none of the
+  spans ADK makes for it; a sampler that ignores the parent still sees them.
 - It warms ADK's own machinery only. A real model's lazy imports (the Gemini client's
   HTTP stack, LiteLLM) happen at that model's first call, on the turn's loop.
 """
@@ -26,9 +27,11 @@ What it does not do, and what it costs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import random
 import threading
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.apps import App
@@ -38,6 +41,7 @@ from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.genai import types
 
+from steerable import telemetry
 from steerable.integrations.adk._plugin import SteeringPlugin
 from steerable.integrations.adk._sessions import SteerableSessionService
 from steerable.stores.memory import MemoryStore
@@ -68,7 +72,8 @@ def warm_up() -> None:
 
         def run() -> None:
             try:
-                asyncio.run(_one_run())
+                with _unsampled():
+                    asyncio.run(_one_run())
             except Exception as exc:  # reported below, in the caller's thread
                 failed.append(exc)
 
@@ -86,6 +91,30 @@ def warm_up() -> None:
                 "ADK warm-up run failed; the first turn pays ADK's imports", exc_info=failed[0]
             )
         _warm = True
+
+
+@contextlib.contextmanager
+def _unsampled() -> Iterator[None]:
+    """The warm-up's spans left out of the application's traces: their parent is a span
+    context not sampled, so a parent-based sampler (the SDK's default) drops them all."""
+    if telemetry.tracer() is None:
+        yield
+        return
+    from opentelemetry import context, trace
+
+    parent = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=random.getrandbits(128) or 1,
+            span_id=random.getrandbits(64) or 1,
+            is_remote=True,
+            trace_flags=trace.TraceFlags(trace.TraceFlags.DEFAULT),
+        )
+    )
+    token = context.attach(trace.set_span_in_context(parent))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 class _Stub(BaseLlm):

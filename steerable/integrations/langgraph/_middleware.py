@@ -32,6 +32,11 @@ reply (a takeover from the stored transcript, a retry with no checkpointer) goes
 ``before_model`` straight to the tools (``jump_to``): the model is not asked again, and
 the journal answers for each call that began.
 
+With an OpenTelemetry SDK set (:mod:`steerable.telemetry`), each model call is a ``chat
+{model}`` span (``awrap_model_call``) and each tool call an ``execute_tool {name}`` span,
+children of the current span (a service turn's ``invoke_agent``) and current while the
+call runs, ``gen_ai.conversation.id`` the run's session: LangChain makes no spans itself.
+
 A run whose config brings a live sink (a :class:`LangGraphAgent` turn with ``events``)
 sees each tool call there too: ``awrap_tool_call`` sends :class:`~steerable.events.
 ToolStarted` as the call starts and :class:`~steerable.events.ToolEnded` with the text of
@@ -49,7 +54,12 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
-from langchain.agents.middleware.types import PrivateStateAttr
+from langchain.agents.middleware.types import (
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+)
 from langchain_core.messages import AIMessage, AnyMessage, RemoveMessage, ToolMessage
 from langgraph.channels.untracked_value import UntrackedValue
 from langgraph.config import get_config
@@ -58,8 +68,10 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from steerable import telemetry
 from steerable.errors import UsageError
 from steerable.events import ToolEnded, ToolStarted
+from steerable.integrations import _spans
 from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import Steps
 from steerable.integrations.langgraph._catch_up import behind
@@ -218,6 +230,29 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
         back += [steer_message(m) for m in taken]
         return {"messages": back, "steerable_run": run.id}
 
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Refused: see :meth:`awrap_model_call`."""
+        raise UsageError(_ASYNC_ONLY)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Call the model, in a ``chat`` span when an OpenTelemetry SDK is set."""
+        if telemetry.tracer() is None:
+            return await handler(request)
+        provider, model = _model_names(request.model)
+        session, _ = self._session_of_run()
+        with _spans.chat_span(session.id, model, provider) as span:
+            response = await handler(request)
+            _replied(span, response)
+            return response
+
     def wrap_tool_call(
         self,
         request: ToolCallRequest,
@@ -241,9 +276,9 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
         given = _configurable().get(RUN_SESSION)
         live = given.live if isinstance(given, RunSession) else None
         with journal_session(run.session):
-            if live is None:
-                return await handler(request)
-            return await _watched(live, request, handler, journaled=journaled)
+            if telemetry.tracer() is None:
+                return await _called(live, request, handler, journaled=journaled)
+            return await _traced(run.session.id, live, request, handler, journaled=journaled)
 
     def _running(self) -> _Run:
         """The run under way on the run's session (begun here for a run resumed at its
@@ -340,6 +375,73 @@ class SteeringMiddleware(AgentMiddleware[SteeringState, Any, Any]):
                 else "SteeringMiddleware() has no store: give it one, or a Session"
             )
         return Session(check_session_id(str(thread)), self.store), self.steers
+
+
+async def _called(
+    live: TextDeltas | None,
+    request: ToolCallRequest,
+    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    *,
+    journaled: bool,
+) -> ToolMessage | Command[Any]:
+    if live is None:
+        return await handler(request)
+    return await _watched(live, request, handler, journaled=journaled)
+
+
+async def _traced(
+    session: str,
+    live: TextDeltas | None,
+    request: ToolCallRequest,
+    handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    *,
+    journaled: bool,
+) -> ToolMessage | Command[Any]:
+    """The call in an ``execute_tool`` span (an interrupt leaves it unfailed: not over)."""
+    tool_call = request.tool_call
+    name = str(tool_call.get("name", ""))
+    id = str(tool_call.get("id") or "")
+    arguments = json.dumps(tool_call.get("args", {}), ensure_ascii=False, default=str)
+    with _spans.tool_span(session, name, id, arguments, spared=(GraphBubbleUp,)) as span:
+        answer = await _called(live, request, handler, journaled=journaled)
+        result = _result(ToolCall(id, name, arguments), answer)
+        _spans.tool_ended(span, result.content, is_error=result.is_error)
+        return answer
+
+
+def _model_names(model: Any) -> tuple[str | None, str]:
+    """The provider and the model name of a LangChain chat model, as LangSmith has them."""
+    params: dict[str, Any] = {}
+    try:
+        params = dict(model._get_ls_params())
+    except Exception:  # a model's own override that fails: its names are not worth a call
+        params = {}
+    name = params.get("ls_model_name") or getattr(model, "model_name", None)
+    name = name or getattr(model, "_llm_type", None) or type(model).__name__
+    provider = params.get("ls_provider")
+    return (str(provider) if provider else None), str(name)
+
+
+def _replied(span: Any, response: ModelResponse[Any] | Any) -> None:
+    """The reply's usage, finish reason and model on its ``chat`` span (what LangChain's
+    standard ``usage_metadata`` and ``response_metadata`` say)."""
+    messages = response.result if isinstance(response, ModelResponse) else [response]
+    reply = next((m for m in messages if isinstance(m, AIMessage)), None)
+    if reply is None:
+        return
+    usage = reply.usage_metadata
+    metadata = reply.response_metadata or {}
+    reason = metadata.get("finish_reason") or metadata.get("stop_reason")
+    _spans.replied(
+        span,
+        usage=(
+            {"input_tokens": usage["input_tokens"], "output_tokens": usage["output_tokens"]}
+            if usage
+            else None
+        ),
+        finish_reasons=[str(reason)] if reason else (),
+        response_model=metadata.get("model_name"),
+    )
 
 
 async def _watched(

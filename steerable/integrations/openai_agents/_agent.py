@@ -16,6 +16,10 @@ those of ``Runner.run``.
 The turn's session is the journal of the run's journaled tools (:func:`journaled`): each
 run has ``hooks=journal_hooks(session)``, so a journaled call's reply is stored before it
 runs, and a takeover carries a call a crash interrupted on under its own call id.
+
+With an OpenTelemetry SDK set, the run's hooks also make a ``chat`` span per model call
+and an ``execute_tool`` span per function tool call under the turn's ``invoke_agent`` span
+(``_spans``): the SDK's own tracing is not OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -29,18 +33,21 @@ from agents import (
     MaxTurnsExceeded,
     RawResponsesStreamEvent,
     RunConfig,
+    RunHooks,
     Runner,
     RunResult,
     RunResultStreaming,
 )
 from openai.types.responses import ResponseTextDeltaEvent
 
+from steerable import telemetry
 from steerable.errors import UsageError
 from steerable.integrations._journal import journal_session
 from steerable.integrations._steps import answer_text, until_stopped
 from steerable.integrations.openai_agents._journaled import journal_hooks, noting_answers
 from steerable.integrations.openai_agents._live import ToolEvents, Watcher
 from steerable.integrations.openai_agents._session import SteerableSession, steering
+from steerable.integrations.openai_agents._spans import SpanHooks
 from steerable.models.base import TextDelta
 from steerable.service.agent import Turn
 from steerable.service_store import Outcome
@@ -95,14 +102,20 @@ class OpenAIAgentsAgent:
         )
         config = steering(session, self.run_config)
         tools: ToolEvents | None = None
+        hooks: RunHooks[Any] | None = None
         if turn.events is not None:  # watched: the tool calls' events too
             tools = ToolEvents(Watcher(turn.events, turn.session, turn.id))
             config = tools.run_config(config)
-            session._tool_hooks = tools  # the calls a step carries on are not the SDK's
+            hooks = tools
+        spans: SpanHooks | None = None
+        if telemetry.recording():  # an OpenTelemetry SDK is set: the run's spans too
+            hooks = spans = SpanHooks(turn.session, config, hooks)
+            config = spans.config
+        session._tool_hooks = hooks  # the calls a step carries on are not the SDK's
         options: dict[str, Any] = {
             "context": self.context if self.context_for is None else self.context_for(turn.session),
             # a journaled tool's reply is stored before it runs
-            "hooks": journal_hooks(session, tools),
+            "hooks": journal_hooks(session, hooks),
             "max_turns": self.max_turns,
             "run_config": config,
             "session": session,
@@ -115,6 +128,8 @@ class OpenAIAgentsAgent:
         )
         with journal_session(turn.store_session):  # the journal of the turn's tool calls
             outcome = await self._outcome(turn, run)
+        if spans is not None:
+            spans.close(outcome.error)
         # what the run handed over and no step stored: its end (the answer is stored at
         # once), or what came before an error, max turns or a stop
         await session.flush()

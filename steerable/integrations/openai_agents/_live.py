@@ -35,7 +35,7 @@ from steerable.events import Event, EventSink, ToolEnded, ToolStarted
 from steerable.integrations.openai_agents._journaled import recorded_text
 from steerable.messages import ToolCall, ToolResult
 
-__all__ = ["Watcher", "ToolEvents"]
+__all__ = ["ToolEvents", "Watcher", "function_call_of", "noting_failures", "tool_call_of"]
 
 log = logging.getLogger("steerable.integrations.openai_agents")
 
@@ -83,44 +83,50 @@ class ToolEvents(RunHooks[Any]):
 
     def run_config(self, config: RunConfig) -> RunConfig:
         """``config``, its ``tool_error_formatter`` (if any) told first of a failed call."""
-        own = config.tool_error_formatter
-        failed = self.failed
-
-        async def tool_error_formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
-            if args.kind == "tool_exception":
-                failed.add(args.call_id)
-            if own is None:
-                return None  # the SDK's default message
-            message = own(args)
-            return await message if inspect.isawaitable(message) else message
-
-        return dataclasses.replace(config, tool_error_formatter=tool_error_formatter)
+        return noting_failures(config, self.failed)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        call = _call(context)
+        call = tool_call_of(context)
         if call is not None:
             await self.watcher.send(ToolStarted(call))
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        call = _call(context)
+        call = tool_call_of(context)
         if call is None:
             return
         replayed, unknown = self.answered.pop(call.id, (False, False))
         failed = call.id in self.failed
         self.failed.discard(call.id)
-        text = recorded_text(_function_call(context, call), result)
+        text = recorded_text(function_call_of(context, call), result)
         ended = ToolResult(call.id, call.name, text, failed or unknown)
         await self.watcher.send(ToolEnded(call, ended, replayed=replayed))
 
 
-def _call(context: Any) -> ToolCall | None:
+def noting_failures(config: RunConfig, failed: set[str]) -> RunConfig:
+    """``config`` whose ``tool_error_formatter`` (if any) is told of a failed call after
+    its id goes into ``failed`` (the SDK's default message answers it otherwise)."""
+    own = config.tool_error_formatter
+
+    async def tool_error_formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+        if args.kind == "tool_exception":
+            failed.add(args.call_id)
+        if own is None:
+            return None  # the SDK's default message
+        message = own(args)
+        return await message if inspect.isawaitable(message) else message
+
+    return dataclasses.replace(config, tool_error_formatter=tool_error_formatter)
+
+
+def tool_call_of(context: Any) -> ToolCall | None:
     """The call a tool hook's context is about, if it carries one."""
     if not isinstance(context, SDKToolContext):
         return None
     return ToolCall(context.tool_call_id, context.tool_name, context.tool_arguments)
 
 
-def _function_call(context: SDKToolContext[Any], call: ToolCall) -> ResponseFunctionToolCall:
+def function_call_of(context: SDKToolContext[Any], call: ToolCall) -> ResponseFunctionToolCall:
+    """The model's function call a tool hook's context is about (rebuilt if it has none)."""
     given = context.tool_call
     if isinstance(given, ResponseFunctionToolCall):
         return given

@@ -69,6 +69,11 @@ class PydanticAIAgent:
     (:class:`~steerable.events.ToolStarted`) and ends (:class:`~steerable.events.ToolEnded`,
     ``replayed`` for a journaled call answered from the journal); a sink that raises is
     logged, not the turn's end.
+
+    Each run's ``conversation_id`` is the turn's session. Pydantic AI's own OpenTelemetry
+    spans (an agent with the ``Instrumentation`` capability, or ``Agent.instrument_all()``)
+    use the global tracer provider, so they nest under the turn's ``invoke_agent`` span and
+    carry the session as ``gen_ai.conversation.id``.
     """
 
     steers_per_turn = 16
@@ -113,6 +118,8 @@ class PydanticAIAgent:
         run = self.agent.run(
             prompt,
             message_history=steering.history or None,
+            # the run's conversation is the session: Pydantic AI's spans carry it
+            conversation_id=turn.session,
             capabilities=capabilities,
             usage_limits=self.usage_limits,
             deps=self.deps if self.deps_for is None else self.deps_for(turn.session),
