@@ -16,7 +16,9 @@ be used (unreachable, not accepting connections yet, an unknown database, a refu
 not migrated) is one line on stderr and exit status 1 (``_databases.py``).
 
 A failed turn is logged with its traceback, and its tenant is told a code and a safe line
-(``--error-detail`` passes the agent's own text, for development). Every queue, rate,
+(``--error-detail`` passes the agent's own text, for development). ``--log-format json``
+writes each log line as one JSON object; ``--metrics`` serves Prometheus metrics at
+``/metrics`` (docs/observability.md). Every queue, rate,
 stream, timeout and connection count has a bound with a default (``_bounds.py``; ``serve
 --help`` lists them). SIGTERM or Ctrl-C ends
 the event streams, gives other requests ``--grace`` seconds, and releases the running
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import ipaddress
 import logging
 import math
@@ -34,7 +37,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from steerable.cli._agents import DEFAULT_AGENT, add_agent_flags, agent_of, load_agent
 from steerable.cli._bounds import Bounds, add_bound_flags, bounds_of
@@ -62,7 +65,8 @@ class ServeOptions:
     """What ``steerable serve`` was asked for, checked.
 
     ``host`` is what uvicorn binds (an IPv6 address without its brackets); ``model`` the
-    ``--model`` to close when serving ends (None with ``--agent``).
+    ``--model`` to close when serving ends (None with ``--agent``); ``metrics`` serves
+    ``/metrics``; ``log_format`` is how log lines are written (``json``: one object a line).
     """
 
     store: str
@@ -78,6 +82,8 @@ class ServeOptions:
     model: ProviderModel | None = None
     cors_origins: tuple[str, ...] = ()
     bounds: Bounds = field(default_factory=Bounds)
+    metrics: bool = False
+    log_format: Literal["text", "json"] = "text"
 
 
 class CannotStart(Exception):
@@ -141,6 +147,8 @@ def _options(args: argparse.Namespace) -> ServeOptions:
         error_detail=args.error_detail,
         model=model,
         bounds=bounds_of(args),
+        metrics=args.metrics,
+        log_format=args.log_format,
     )
 
 
@@ -165,6 +173,11 @@ def serve(args: argparse.Namespace) -> int:
         import steerable.service.http  # noqa: F401 - a missing extra is told here
     except ImportError as exc:
         return _fail("serve", f"{exc} (pip install 'steerable[serve]')")
+    if args.metrics:
+        try:  # the extra is told here, before anything opens
+            importlib.import_module("steerable.service.http._metrics")
+        except ImportError as exc:
+            return _fail("serve", f"--metrics: {exc}")
     try:
         options = _options(args)
     except UsageError as exc:
@@ -211,7 +224,7 @@ async def _serve(options: ServeOptions) -> int:
     from steerable.service import Service
     from steerable.service.http import Limits, create_app, live_feed
 
-    _log_to_stderr()
+    _log_to_stderr(options.log_format)
     bounds = options.bounds
     async with AsyncExitStack() as stack:
         if options.model is not None:
@@ -238,6 +251,7 @@ async def _serve(options: ServeOptions) -> int:
             cors_origins=options.cors_origins,
             limits=limits,
             body_timeout=bounds.body_timeout,
+            metrics=options.metrics,
         )
         streams = EndingStreams(app)
         config = uvicorn_config(streams, options)
@@ -254,11 +268,13 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
     from steerable.cli._protocol import guarded_h11
 
     bounds = options.bounds
+    logs: dict[str, Any] = {} if options.log_format == "text" else {"log_config": None}
     return uvicorn.Config(
         app,
         host=options.host,
         port=options.port,
         log_level="info",
+        **logs,  # json: uvicorn's lines go to the root's handler, as JSON (_log_to_stderr)
         lifespan="on",
         http=guarded_h11(bounds.head_timeout),
         # typed int, but each is a loop timer's seconds: a fraction works
@@ -268,14 +284,29 @@ def uvicorn_config(app: Any, options: ServeOptions) -> Any:
     )
 
 
-def _log_to_stderr() -> None:
-    """steerable's log lines (a failed turn's traceback among them) beside uvicorn's."""
+def _log_to_stderr(log_format: Literal["text", "json"] = "text") -> None:
+    """steerable's log lines (a failed turn's traceback among them) beside uvicorn's, each
+    with the ``request_id`` of the request it was written for (a field of the JSON).
+
+    ``json``: every line on stderr is one JSON object, uvicorn's and any library's warnings
+    too (the handler is the root's; steerable and uvicorn log from INFO, the rest from
+    WARNING).
+    """
+    from steerable._logs import JsonFormatter, RequestIdFilter
+
     logger = logging.getLogger("steerable")
-    if logger.handlers or logging.getLogger().handlers:
+    root = logging.getLogger()
+    if logger.handlers or root.handlers:
         return  # the embedding program has its own
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
-    logger.addHandler(handler)
+    handler.addFilter(RequestIdFilter())
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+        root.addHandler(handler)
+        logging.getLogger("uvicorn").setLevel(logging.INFO)
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s:  %(name)s: %(message)s"))
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
 
 
@@ -344,6 +375,18 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="ORIGIN",
         help="let browser pages of ORIGIN (https://app.example) call the API; repeat for more,"
         " or * for any (default: none)",
+    )
+    run.add_argument(
+        "--metrics",
+        action="store_true",
+        help="serve Prometheus metrics at /metrics, with no token: no tenant's data is in"
+        " them (pip install 'steerable[metrics]')",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object a line with every field (default: text)",
     )
     add_bound_flags(run)
     run.set_defaults(handler=serve)

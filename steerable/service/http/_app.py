@@ -24,6 +24,7 @@ from steerable.service.http._problems import (
     check_tokens,
     install_handlers,
 )
+from steerable.service.http._request_id import RequestIds
 from steerable.service.http._routes import add_routes
 from steerable.service.http._schema import refine_schema, sid_room
 from steerable.service.http._tracing import TraceContext
@@ -65,6 +66,7 @@ def create_app(
     cors_origins: Sequence[str] = (),
     limits: Limits | None = None,
     body_timeout: float = 30.0,
+    metrics: bool = False,
 ) -> FastAPI:
     """The HTTP API over ``service``, as a FastAPI app.
 
@@ -86,7 +88,11 @@ def create_app(
     request body that stalls for ``body_timeout`` seconds is 408. Every answer that lists
     (status, transcript, inputs) stops at about 4 MB of text and says where to go on.
     The web console (docs/console.md) is served at ``/console``: a page whose script calls
-    this API with the token its user types.
+    this API with the token its user types. ``metrics`` serves Prometheus metrics at
+    ``/metrics``, with no token and no tenant's data (docs/observability.md; the
+    ``metrics`` extra): give it a service that does not serve yet. Every answer carries an
+    ``X-Request-Id`` (the client's, if it sent a plain one), and so does every log line
+    written for the request (as ``request_id``, through ``steerable._logs.RequestIdFilter``).
     """
     if not isinstance(service, Service):
         raise UsageError(f"create_app takes a steerable.service.Service, not {service!r}")
@@ -110,6 +116,14 @@ def create_app(
         TenantLimits(bounds),
     )
     read_timeout = _positive(body_timeout, "body_timeout")
+    if not isinstance(metrics, bool):
+        raise UsageError(f"`metrics` is True or False, not {metrics!r}")
+    meter = None
+    if metrics:
+        from steerable.service.http._metrics import Metrics  # the metrics extra's
+
+        meter = Metrics(service, context.limits.all_streams)
+        meter.watch(service)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -138,7 +152,10 @@ def create_app(
     app.add_middleware(TraceContext)  # outside the gate: a refused request is in the trace too
     app.add_middleware(HeadAsGet)
     app.add_middleware(TrailingSlash)
-    if origins:  # outermost: a preflight is answered before the gate, a 401 gets its headers
+    if origins:  # outside the gate: a preflight is answered before it, a 401 gets its headers
         app.add_middleware(CORSMiddleware, **cors_options(origins))
+    if meter is not None:  # /metrics, and a middleware outside the rest: every answer counts
+        meter.install(app)
+    app.add_middleware(RequestIds)  # outermost: every answer has the id, and its log lines
     refine_schema(app, bearer=bool(checked), room=sid_room(list(checked.values())))
     return app

@@ -180,6 +180,10 @@ class TenantLimits:
         """How many event streams ``tenant`` holds open here."""
         return self._streams.get(tenant, 0)
 
+    def all_streams(self) -> int:
+        """How many event streams every tenant together holds open here (``/metrics``)."""
+        return sum(self._streams.values())
+
 
 class _Stalled(HTTPException):
     """A request body that stopped arriving: an HTTP error, so the app's own handler (past
