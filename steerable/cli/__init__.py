@@ -16,6 +16,7 @@ from pathlib import Path
 
 from steerable import __doc__ as _about
 from steerable.cli.demo import demo
+from steerable.cli.mcp import add_parser as add_mcp_parser
 from steerable.cli.serve import add_parsers
 
 __all__ = ["main", "parser"]
@@ -64,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     run_demo.set_defaults(handler=demo)
     _chat_parser(commands)
     add_parsers(commands)
+    add_mcp_parser(commands)
     return top
 
 
