@@ -12,7 +12,17 @@ imports its driver at the top of its package and, when that fails, raises
 
 from __future__ import annotations
 
-__all__ = ["missing_extra"]
+__all__ = ["PROTOCOLS", "missing_extra"]
+
+PROTOCOLS: dict[str, tuple[str, str]] = {
+    "a2a": ("steerable.service.http.a2a", "a2a"),
+    "mcp": ("steerable.service.http.mcp", "mcp"),
+    "ag-ui": ("steerable.service.http.agui", "ag-ui"),
+}
+"""The open protocols the HTTP app can speak: each name, its module and its extra.
+
+Here rather than in :mod:`steerable.service.http`, so that the command line can list them
+without importing the server's packages."""
 
 
 def missing_extra(module: str, extra: str, needs: str, cause: BaseException | str) -> ImportError:

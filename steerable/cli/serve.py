@@ -18,7 +18,9 @@ not migrated) is one line on stderr and exit status 1 (``_databases.py``).
 A failed turn is logged with its traceback, and its tenant is told a code and a safe line
 (``--error-detail`` passes the agent's own text, for development). ``--log-format json``
 writes each log line as one JSON object; ``--metrics`` serves Prometheus metrics at
-``/metrics`` (docs/observability.md). Every queue, rate,
+``/metrics`` (docs/observability.md); ``--protocol a2a|mcp|ag-ui`` (repeatable) speaks
+that open protocol too, under ``/v1/`` behind the same tokens (docs/protocols.md). Every
+queue, rate,
 stream, timeout and connection count has a bound with a default (``_bounds.py``; ``serve
 --help`` lists them). SIGTERM or Ctrl-C ends
 the event streams, gives other requests ``--grace`` seconds, and releases the running
@@ -39,6 +41,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
+from steerable._extras import PROTOCOLS
 from steerable.cli._agents import DEFAULT_AGENT, add_agent_flags, agent_of, load_agent
 from steerable.cli._bounds import Bounds, add_bound_flags, bounds_of
 from steerable.cli._databases import explain
@@ -66,7 +69,8 @@ class ServeOptions:
 
     ``host`` is what uvicorn binds (an IPv6 address without its brackets); ``model`` the
     ``--model`` to close when serving ends (None with ``--agent``); ``metrics`` serves
-    ``/metrics``; ``log_format`` is how log lines are written (``json``: one object a line).
+    ``/metrics``; ``log_format`` is how log lines are written (``json``: one object a line);
+    ``protocols`` the open protocols mounted beside the API.
     """
 
     store: str
@@ -84,6 +88,7 @@ class ServeOptions:
     bounds: Bounds = field(default_factory=Bounds)
     metrics: bool = False
     log_format: Literal["text", "json"] = "text"
+    protocols: tuple[str, ...] = ()
 
 
 class CannotStart(Exception):
@@ -149,6 +154,7 @@ def _options(args: argparse.Namespace) -> ServeOptions:
         bounds=bounds_of(args),
         metrics=args.metrics,
         log_format=args.log_format,
+        protocols=tuple(dict.fromkeys(args.protocol or [])),
     )
 
 
@@ -178,6 +184,12 @@ def serve(args: argparse.Namespace) -> int:
             importlib.import_module("steerable.service.http._metrics")
         except ImportError as exc:
             return _fail("serve", f"--metrics: {exc}")
+    for name in dict.fromkeys(args.protocol or []):
+        module_name, extra = PROTOCOLS[name]
+        try:  # a missing extra is one line, before anything opens
+            importlib.import_module(module_name)
+        except ImportError as exc:
+            return _fail("serve", f"--protocol {name}: {exc} (pip install 'steerable[{extra}]')")
     try:
         options = _options(args)
     except UsageError as exc:
@@ -252,6 +264,7 @@ async def _serve(options: ServeOptions) -> int:
             limits=limits,
             body_timeout=bounds.body_timeout,
             metrics=options.metrics,
+            protocols=options.protocols,
         )
         streams = EndingStreams(app)
         config = uvicorn_config(streams, options)
@@ -387,6 +400,14 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         choices=("text", "json"),
         default="text",
         help="text lines, or one JSON object a line with every field (default: text)",
+    )
+    run.add_argument(
+        "--protocol",
+        action="append",
+        choices=tuple(PROTOCOLS),
+        metavar="NAME",
+        help="speak an open protocol too, under /v1/ behind the same tokens: a2a, mcp or ag-ui;"
+        " repeat for more (each its own extra: pip install 'steerable[a2a]', ...)",
     )
     add_bound_flags(run)
     run.set_defaults(handler=serve)

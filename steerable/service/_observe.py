@@ -107,7 +107,7 @@ class LogObserver:
 
     def turn_ended(self, report: TurnReport) -> None:
         log.info(
-            "turn %r of session %r ended %s: %d steps, %d steers, %.3f s",
+            "turn %r of session %r ended %s after %d steps, %d steers, %.3f s",
             report.turn,
             report.session,
             report.state,

@@ -68,7 +68,7 @@ def test_a_turn_s_end_is_one_object_with_each_field_its_own_key(
     assert (entry["level"], entry["logger"]) == ("INFO", "steerable.service")
     assert (
         entry["message"]
-        == "turn 't1' of session 'acme/s1' ended completed: 4 steps, 1 steers, 1.250 s"
+        == "turn 't1' of session 'acme/s1' ended completed after 4 steps, 1 steers, 1.250 s"
     )
     fields = {k: entry[k] for k in entry if k not in ("time", "level", "logger", "message")}
     assert fields == {

@@ -24,6 +24,7 @@ from steerable.service.http._problems import (
     check_tokens,
     install_handlers,
 )
+from steerable.service.http._protocols import check_protocols, mount_protocols
 from steerable.service.http._request_id import RequestIds
 from steerable.service.http._routes import add_routes
 from steerable.service.http._schema import refine_schema, sid_room
@@ -67,6 +68,7 @@ def create_app(
     limits: Limits | None = None,
     body_timeout: float = 30.0,
     metrics: bool = False,
+    protocols: Sequence[str] = (),
 ) -> FastAPI:
     """The HTTP API over ``service``, as a FastAPI app.
 
@@ -93,6 +95,9 @@ def create_app(
     ``metrics`` extra): give it a service that does not serve yet. Every answer carries an
     ``X-Request-Id`` (the client's, if it sent a plain one), and so does every log line
     written for the request (as ``request_id``, through ``steerable._logs.RequestIdFilter``).
+    ``protocols`` names the open protocols the app speaks too, each mounted under ``/v1/``
+    behind the same tokens and tenants: ``a2a``, ``mcp``, ``ag-ui`` (each its own extra;
+    docs/protocols.md).
     """
     if not isinstance(service, Service):
         raise UsageError(f"create_app takes a steerable.service.Service, not {service!r}")
@@ -116,6 +121,7 @@ def create_app(
         TenantLimits(bounds),
     )
     read_timeout = _positive(body_timeout, "body_timeout")
+    spoken = check_protocols(protocols)
     if not isinstance(metrics, bool):
         raise UsageError(f"`metrics` is True or False, not {metrics!r}")
     meter = None
@@ -146,6 +152,7 @@ def create_app(
     install_handlers(app)
     add_routes(app, context, bearer=bool(checked))
     add_console(app)
+    mount_protocols(app, context, spoken)
     app.add_middleware(BodyLimit, max_body=max_body)  # inside the gate: 401 comes first
     app.add_middleware(BodyTimeout, seconds=read_timeout)  # outside BodyLimit, which reads
     app.add_middleware(BearerGate, tokens=checked)

@@ -14,17 +14,11 @@ from collections.abc import Sequence
 
 from fastapi import FastAPI
 
+from steerable._extras import PROTOCOLS
 from steerable.errors import UsageError
 from steerable.service.http._context import Context
 
 __all__ = ["PROTOCOLS", "check_protocols", "mount_protocols"]
-
-PROTOCOLS: dict[str, tuple[str, str]] = {
-    "a2a": ("steerable.service.http.a2a", "a2a"),
-    "mcp": ("steerable.service.http.mcp", "mcp"),
-    "ag-ui": ("steerable.service.http.agui", "ag-ui"),
-}
-"""Each protocol's name, its module, and the extra that installs its package."""
 
 
 def check_protocols(names: Sequence[str]) -> tuple[str, ...]:

@@ -7,9 +7,7 @@ running" is certain while a steer or a cancel is sent.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -27,12 +25,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
-from fastapi import FastAPI
 
-from steerable.service.http import create_app
-from steerable.service.http._context import Context
-from steerable.service.http._limits import Limits, TenantLimits
-from steerable.service.http.a2a import mount
 from steerable.service.http.a2a._tasks import decode_task
 from tests.service.gated_agent import two_gated_calls
 from tests.service.http.conftest import Build, LiveServer, app_over
@@ -58,22 +51,7 @@ def server(tmp_path: Path, gate: Path) -> Iterator[LiveServer]:
 
 def a2a_app(url: str) -> Build:
     """The app over the store at ``url`` with A2A mounted, tenants acme and bravo."""
-    if "protocols" in inspect.signature(create_app).parameters:
-        return app_over(url, agent=two_gated_calls(), tokens=TOKENS, protocols=["a2a"])
-    return _mounted(url)  # pragma: no cover - until the frame's create_app(protocols=) lands
-
-
-def _mounted(url: str) -> Build:
-    inner = app_over(url, agent=two_gated_calls(), tokens=TOKENS)
-
-    @asynccontextmanager
-    async def build() -> AsyncIterator[FastAPI]:
-        async with inner() as app:
-            service, live = app.state.service, app.state.live
-            mount(app, Context(service, live, 15.0, 0.05, TenantLimits(Limits())))
-            yield app
-
-    return build
+    return app_over(url, agent=two_gated_calls(), tokens=TOKENS, protocols=["a2a"])
 
 
 OPENED: list[httpx.AsyncClient] = []

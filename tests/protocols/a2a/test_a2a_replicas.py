@@ -5,8 +5,6 @@ to its end, the steer sent before the kill taken exactly once."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,36 +24,19 @@ from tests.protocols.a2a.test_a2a import (
 pytestmark = pytest.mark.slow
 
 
-def _speaks_a2a() -> bool:
-    """Whether ``steerable serve`` takes ``--protocol`` (else the test's launcher)."""
-    shown = subprocess.run(
-        [sys.executable, "-m", "steerable.cli", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return "--protocol" in shown.stdout
-
-
-def replica(store: str, name: str, tmp_path: Path, speaks: bool) -> Served:
+def replica(store: str, name: str, tmp_path: Path) -> Served:
     tokens = tmp_path / "tokens"
     tokens.write_text("token-a acme\n")
     flags = ["--agent", "tests.service.gated_agent:two_gated_calls", "--lease", "1"]
-    flags += ["--poll", "0.1", "--replica-id", name, "--tokens", str(tokens)]
+    flags += ["--poll", "0.1", "--replica-id", name, "--tokens", str(tokens), "--protocol", "a2a"]
     env = {"STEERABLE_TEST_GATE": str(tmp_path / "gate")}
-    served = Served(store, *flags, log=tmp_path / f"{name}.log", env=env)
-    if speaks:
-        served.command += ["--protocol", "a2a"]
-    else:
-        served.command[1:4] = ["-m", "tests.protocols.a2a.replica", "serve"]
-    return served
+    return Served(store, *flags, log=tmp_path / f"{name}.log", env=env)
 
 
 async def test_subscribe_follows_the_turn_after_its_replica_is_killed(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'a2a.db'}"
-    speaks = _speaks_a2a()
-    a = replica(store, "a", tmp_path, speaks).start()
-    b = replica(store, "b", tmp_path, speaks)
+    a = replica(store, "a", tmp_path).start()
+    b = replica(store, "b", tmp_path)
     try:
         on_a = await connect(a.url, "token-a")
         stream = on_a.send_message(message("start", "p1", context="s1"))
