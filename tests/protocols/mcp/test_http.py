@@ -1,9 +1,10 @@
 """MCP over streamable HTTP at /v1/mcp, driven by the ``mcp`` package's ClientSession.
 
 One client sends, another steers the turn it started (taken at its next step, once in the
-transcript), a subscriber is told the transcript moved while the turn runs, stop ends a
-turn, and another tenant's token reaches none of it. The agent's tool calls wait on gate
-files (tests/service/gated_agent.py), so "the turn is running" is certain while we steer.
+transcript), a steer that comes after the turn's last step is a turn of its own, a
+subscriber is told the transcript moved while the turn runs, stop ends a turn, and another
+tenant's token reaches none of it. The agent's tool calls wait on gate files
+(tests/service/gated_agent.py), so "the turn is running" is certain while we steer.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import ServerNotification
 
+from steerable.service.agent import ReActAgent
+from steerable.service.demo import DemoModel
+from steerable.service.http._limits import Limits
 from steerable.service.http.mcp._resources import TEMPLATE
+from steerable.spec import Spec
 from tests.protocols.mcp.support import answer, connected, read_json, steered_ids, text_of
-from tests.service.gated_agent import two_gated_calls
+from tests.service.gated_agent import two_gated_calls, work
 from tests.service.http.conftest import Build, LiveServer, app_over, serve_app
 
 __all__ = ["serve_app"]
@@ -117,6 +122,44 @@ async def test_one_client_sends_another_steers_the_running_turn(
         assert [s["session"] for s in listed["sessions"]] == ["s 1"]
 
 
+async def test_a_steer_the_turn_cannot_take_becomes_its_own_turn(
+    serve_app: Callable[[Build], LiveServer], tmp_path: Path, gate: Path
+) -> None:
+    """The turn writes its answer (a slow model) when the steer comes: it ends without
+    another step, frees the steer, and ``steer`` with ``wait`` says it is a turn."""
+    agent = ReActAgent(Spec(tools=[work], max_steps=6), DemoModel(calls=1, delay=2.0))
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    server = serve_app(app_over(url, agent=agent, tokens=TOKENS, protocols=["mcp"]))
+    open_gate(gate, 1)
+    async with connected(server.url, "token-a") as client:
+        answer(await client.call_tool("send", {"session": "s", "text": "plan", "id": "p"}))
+
+        async def answering() -> bool:  # step 2 saved: the model is writing the answer
+            turn = answer(await client.call_tool("status", {"session": "s"}))["turn"]
+            return turn is not None and turn["id"] == "p" and turn["steps"] == 2
+
+        await until(answering)
+        args = {"session": "s", "text": "and more", "id": "st", "wait": 20}
+        steered = answer(await client.call_tool("steer", args))
+        assert steered == {
+            "id": "st",
+            "turn": "p",
+            "fate": {"state": "turn", "turn": "st", "step": None},
+        }
+        first = answer(await client.call_tool("wait", {"session": "s", "turn": "p"}))
+        own = answer(await client.call_tool("wait", {"session": "s", "turn": "st"}))
+        status = answer(await client.call_tool("status", {"session": "s"}))
+        page = answer(await client.call_tool("transcript", {"session": "s"}))
+
+    assert (first["state"], first["steers_taken"]) == ("completed", 0)
+    assert first["output"] == "answered: plan"
+    assert (own["state"], own["output"]) == ("completed", "answered: and more")
+    assert status["turn"] is None and status["waiting_total"] == 0
+    mine = [(m["turn"], m["steered"]) for m in page["messages"] if m["id"] == "st"]
+    assert mine == [("st", False)]  # once, as the prompt of its own turn
+    assert steered_ids(page["messages"]) == []
+
+
 async def test_stop_ends_the_running_turn(server: LiveServer, gate: Path) -> None:
     async with connected(server.url, "token-a") as client:
         answer(await client.call_tool("send", {"session": "t", "text": "go", "id": "p"}))
@@ -182,3 +225,32 @@ async def test_an_mcp_session_is_its_tenants(server: LiveServer) -> None:
             headers["mcp-protocol-version"] = "2025-11-25"
             answered = await http.post("/v1/mcp", json=ping, headers=headers)
             assert answered.status_code == status
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")
+async def test_a_closed_mcp_session_gives_back_its_subscriptions(
+    serve_app: Callable[[Build], LiveServer], tmp_path: Path, gate: Path
+) -> None:
+    """A subscription ends with its MCP session: with one stream a tenant, a second client
+    can subscribe once the first has closed its session (it was refused before, the first
+    subscription followed on until the process ended)."""
+    open_gate(gate, 1)
+    open_gate(gate, 2)
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    one = Limits(streams=1)
+    server = serve_app(
+        app_over(url, agent=two_gated_calls(), tokens=TOKENS, protocols=["mcp"], limits=one)
+    )
+    uri = "steerable://sessions/idle/transcript"
+    async with connected(server.url, "token-a") as first:
+        answer(await first.call_tool("send", {"session": "idle", "text": "go", "id": "p"}))
+        answer(await first.call_tool("wait", {"session": "idle", "turn": "p"}))
+        await first.subscribe_resource(uri)
+    async with connected(server.url, "token-a") as other:  # the store moves after it left
+        answer(await other.call_tool("send", {"session": "idle", "text": "more", "id": "q"}))
+        answer(await other.call_tool("wait", {"session": "idle", "turn": "q"}))
+    async with connected(server.url, "token-a") as second:
+        await second.subscribe_resource(uri)  # the tenant's one stream is free again
+        async with connected(server.url, "token-a") as third:
+            with pytest.raises(MCPError, match="too_many_streams"):
+                await third.subscribe_resource(uri)  # and the bound still holds

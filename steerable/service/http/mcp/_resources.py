@@ -144,6 +144,11 @@ class Followers:
         if task is not None:
             task.cancel()
 
+    def drop(self, connection: str) -> None:
+        """Stop following anything for ``connection`` (its MCP session ended)."""
+        for key in [k for k in self._tasks if k[0] == connection]:
+            self._tasks.pop(key).cancel()
+
     async def close(self) -> None:
         """Stop every follower."""
         tasks = list(self._tasks.values())

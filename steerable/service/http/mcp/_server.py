@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server import Server, ServerRequestContext
+from mcp.server.connection import Connection
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     INVALID_REQUEST,
@@ -37,6 +38,8 @@ SESSION_HEADER = "mcp-session-id"
 """The streamable HTTP transport's connection id: whose subscriptions are whose."""
 
 Ctx = ServerRequestContext[Any, Any]
+_FOLLOWED = "steerable.followed"
+"""Set in an MCP connection's state once its end stops its followers."""
 
 
 def build_server(
@@ -79,9 +82,18 @@ def build_server(
 
     async def subscribe(ctx: Ctx, params: SubscribeRequestParams) -> EmptyResult:
         session = ctx.session  # its notifications go on the connection's own stream
+        connection = connection_of(ctx)
         await followers.subscribe(
-            request_of(ctx), connection_of(ctx), params.uri, session.send_resource_updated
+            request_of(ctx), connection, params.uri, session.send_resource_updated
         )
+        # Its notifications never fail once the MCP session is gone (DELETE, idle timeout,
+        # stdio closed): the session's end must stop its followers, or each would follow
+        # and hold one of the tenant's streams until the process exits. mcp 2.3.0 gives a
+        # low-level handler no public way to the connection, whose exit stack is that end.
+        mcp_connection = getattr(session, "_connection", None)
+        if isinstance(mcp_connection, Connection) and not mcp_connection.state.get(_FOLLOWED):
+            mcp_connection.state[_FOLLOWED] = True
+            mcp_connection.exit_stack.callback(followers.drop, connection)
         return EmptyResult()
 
     async def unsubscribe(ctx: Ctx, params: UnsubscribeRequestParams) -> EmptyResult:
