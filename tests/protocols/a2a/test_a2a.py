@@ -1,13 +1,14 @@
 """A2A driven by a2a-sdk's own client against an app over SQLite, served by uvicorn.
 
 The agent's tool calls wait on gate files (tests/service/gated_agent.py), so "the turn is
-running" is certain while a steer or a cancel is sent.
+running" is certain while a steer or a cancel is sent; a slow model's answer is what keeps
+it running while a steer comes too late to be taken.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -26,11 +27,15 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import TaskNotFoundError, UnsupportedOperationError
 
-from steerable.service.http.a2a._tasks import decode_task
-from tests.service.gated_agent import two_gated_calls
+from steerable.service.agent import ReActAgent
+from steerable.service.demo import DemoModel
+from steerable.service.http.a2a._tasks import decode_task, encode_task
+from steerable.spec import Spec
+from tests.service.gated_agent import two_gated_calls, work
 from tests.service.http.conftest import Build, LiveServer, app_over
 
 TOKENS = {"token-a": "acme", "token-b": "bravo"}
+BEARER_A = {"Authorization": "Bearer token-a"}
 WORKING = TaskState.TASK_STATE_WORKING
 
 
@@ -92,12 +97,28 @@ async def until(
     stream: AsyncIterator[StreamResponse], seen: list[StreamResponse], text: str
 ) -> None:
     """Read the stream into ``seen`` until a status message says ``text``."""
+    await read_until(stream, seen, lambda parts: any(text in p.text for p in parts), text)
+
+
+async def read_until(
+    stream: AsyncIterator[StreamResponse],
+    seen: list[StreamResponse],
+    found: Callable[[list[Part]], bool],
+    what: str,
+) -> None:
+    """Read the stream into ``seen`` until ``found`` holds of a status message's parts."""
     async for event in stream:
         seen.append(event)
-        said = event.status_update.status.message.parts
-        if event.HasField("status_update") and any(text in p.text for p in said):
+        if event.HasField("status_update") and found(
+            list(event.status_update.status.message.parts)
+        ):
             return
-    raise AssertionError(f"the stream ended before {text!r}: {seen}")
+    raise AssertionError(f"the stream ended before {what}: {seen}")
+
+
+def tool_result(parts: list[Part]) -> bool:
+    """Whether a message carries a tool's result (saved with the step that follows it)."""
+    return any(p.HasField("data") and "tool_result" in p.data.struct_value.fields for p in parts)
 
 
 async def open_gate(gate: Path, step: int) -> None:
@@ -158,6 +179,70 @@ async def server_transcript(server: LiveServer) -> list[str]:
     assert server.app is not None
     service = server.app.state.service
     return [e.message.id for e in await service.transcript("acme/s1") if e.message.steered]
+
+
+@pytest.fixture
+async def answering(tmp_path: Path, gate: Path) -> AsyncIterator[LiveServer]:
+    """An app speaking A2A whose turns make one ``work`` call, then take two seconds to
+    write the answer (a slow model): a steer sent meanwhile comes after the turn's last
+    step. The clients the test connects are closed after it."""
+    agent = ReActAgent(Spec(tools=[work], max_steps=6), DemoModel(calls=1, delay=2.0))
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    live = LiveServer(app_over(url, agent=agent, tokens=TOKENS, protocols=["a2a"])).start()
+    yield live
+    while OPENED:
+        await OPENED.pop().aclose()
+    live.stop()
+
+
+async def test_a_steer_the_task_cannot_take_becomes_a_task_of_its_own(
+    answering: LiveServer, gate: Path
+) -> None:
+    """The task writes its answer (a slow model) when a message to it comes: it ends without
+    another step, frees the steer, and the steer's answer is the task it became."""
+    await open_gate(gate, 1)
+    acme = await connect(answering.url, "token-a")
+    stream = aiter(acme.send_message(message("plan", "p1", context="s1")))
+    task = await first_task(stream)
+    seen: list[StreamResponse] = []
+    await read_until(stream, seen, tool_result, "the tool's result")  # its answer is coming
+
+    steerer = await connect(answering.url, "token-a", streaming=False)
+    steer = steerer.send_message(message("and more", "st1", task=task.id))
+    fated = (await anext(aiter(steer))).task  # the answer waits for the steer's fate
+    own_id = encode_task("s1", "st1")
+    assert fated.id == own_id
+    assert fated.status.message.parts[0].text == "the turn ended first: st1 is a task of its own"
+
+    await until(stream, seen, "the turn ended: completed")
+    await aclose(stream)
+    ended = seen[-1].status_update
+    assert ended.status.state == TaskState.TASK_STATE_COMPLETED
+    assert list(ended.metadata["released"]) == [own_id]
+
+    first = await steerer.get_task(GetTaskRequest(id=task.id))
+    own = await settled(steerer, own_id)
+    async with httpx.AsyncClient(base_url=answering.url, headers=BEARER_A) as http:
+        transcript = (await http.get("/v1/sessions/s1/transcript")).json()["messages"]
+
+    assert first.status.state == TaskState.TASK_STATE_COMPLETED
+    assert first.artifacts[0].parts[0].text == "answered: plan"
+    assert "st1" not in [m.message_id for m in first.history] and not steered_ids(first)
+    assert own.status.state == TaskState.TASK_STATE_COMPLETED
+    assert own.history[0].message_id == "st1" and not steered_ids(own)
+    assert own.artifacts[0].parts[0].text == "answered: and more"
+    mine = [(m["turn"], m["steered"]) for m in transcript if m["id"] == "st1"]
+    assert mine == [("st1", False)]  # once, as the prompt of its own turn
+
+
+async def settled(client: Client, task_id: str) -> Task:
+    """The task once it is over (read every 50 ms, for 30 s at most)."""
+    async with asyncio.timeout(30):
+        while True:
+            task = await client.get_task(GetTaskRequest(id=task_id))
+            if task.status.state not in (WORKING, TaskState.TASK_STATE_SUBMITTED):
+                return task
+            await asyncio.sleep(0.05)
 
 
 async def test_a_message_to_a_finished_task_is_refused(acme: Client, gate: Path) -> None:

@@ -105,4 +105,5 @@ async def _updates(
         text = f"the turn ended: {state}"
         if released:
             text += f"; {', '.join(released)} not taken: each a task of its own"
-        yield _status(context_id, task_id, STATES[state], text, released=released)
+        tasks = [encode_task(context_id, i) for i in released]  # each a task of its own
+        yield _status(context_id, task_id, STATES[state], text, released=tasks)
