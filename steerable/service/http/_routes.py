@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Header, Query, Request
@@ -29,7 +27,7 @@ from steerable.service.http._limits import (
     read_within_budget,
 )
 from steerable.service.http._problems import Problem, ProblemError, problem, tenant_of
-from steerable.service.http._sse import stream
+from steerable.service.http._sse import sse_response, stream
 
 __all__ = ["SSE", "add_routes"]
 
@@ -313,14 +311,4 @@ def _events(app: FastAPI, context: Context, bearer: bool) -> None:
             poll=context.poll,
         )
 
-        async def held() -> AsyncIterator[str]:
-            try:
-                async for frame in frames:
-                    yield frame
-            finally:
-                release()
-
-        body = held()
-        weakref.finalize(body, release)  # a stream never started is released too
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+        return sse_response(frames, release)

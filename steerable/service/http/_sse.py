@@ -14,8 +14,11 @@ from __future__ import annotations
 import json
 import logging
 import time
+import weakref
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+
+from fastapi.responses import StreamingResponse
 
 from steerable.errors import StoreUnavailable
 from steerable.service import Service
@@ -29,6 +32,7 @@ __all__ = [
     "event_frame",
     "last_event",
     "live_frame",
+    "sse_response",
     "stream",
     "tool_frame",
     "unavailable_frame",
@@ -123,6 +127,30 @@ async def stream(
         yield unavailable_frame()
     finally:
         await frames.aclose()
+
+
+def sse_response(
+    frames: AsyncIterator[str],
+    release: Callable[[], None],
+    media_type: str = "text/event-stream",
+) -> StreamingResponse:
+    """``frames`` as an event stream that calls ``release`` once it ends, however it ends.
+
+    ``release`` gives back the tenant's stream (``Limits.hold_stream``): when the stream
+    ends or is cut, and when the response is dropped before its stream ever started.
+    """
+
+    async def held() -> AsyncIterator[str]:
+        try:
+            async for frame in frames:
+                yield frame
+        finally:
+            release()
+
+    body = held()
+    weakref.finalize(body, release)  # a stream never started is released too
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(body, media_type=media_type, headers=headers)
 
 
 def unavailable_frame() -> str:

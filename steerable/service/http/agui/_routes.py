@@ -9,9 +9,6 @@ same turn (a reconnect). The rest of ``messages``, ``tools``, ``state``, ``conte
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import AsyncIterator
-
 from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
@@ -23,7 +20,7 @@ from steerable.service.http import _models as m
 from steerable.service.http._context import Context, Sid, problems
 from steerable.service.http._problems import ProblemError, tenant_of
 from steerable.service.http._routes import SSE
-from steerable.service.http._sse import last_event
+from steerable.service.http._sse import last_event, sse_response
 from steerable.service.http.agui._follow import Run, follow, target_of
 from steerable.service_store import Accepted
 
@@ -55,19 +52,7 @@ def mount(app: FastAPI, context: Context) -> None:
             raise
         frames = follow(context, run, after)
 
-        async def held() -> AsyncIterator[str]:
-            try:
-                async for frame in frames:
-                    yield frame
-            finally:
-                release()
-
-        stream = held()
-        weakref.finalize(stream, release)  # a stream never started is released too
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(
-            stream, media_type=EventEncoder().get_content_type(), headers=headers
-        )
+        return sse_response(frames, release, EventEncoder().get_content_type())
 
     @app.post(
         "/v1/ag-ui/{thread}/stop",
