@@ -9,6 +9,7 @@ database (:mod:`steerable.cli.serve`).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -44,6 +45,8 @@ def chat(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         tool_choice=args.tool_choice,
         stream=not args.no_stream,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
     )
     return asyncio.run(run_chat(options))
 
@@ -98,7 +101,19 @@ def _chat_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run_chat.add_argument(
         "--tool-choice",
         choices=("auto", "required", "none"),
-        help="Chat Completions' tool_choice, sent with the tools (llama-cpp-python needs auto)",
+        help="Chat Completions' tool_choice, sent with the tools (default: auto)",
+    )
+    run_chat.add_argument(
+        "--max-tokens",
+        type=_positive_int,
+        metavar="N",
+        help="the most tokens a reply may take (default: the server's)",
+    )
+    run_chat.add_argument(
+        "--temperature",
+        type=_temperature,
+        metavar="T",
+        help="the sampling temperature, 0 to 2 (default: the server's)",
     )
     run_chat.add_argument(
         "--no-stream",
@@ -127,3 +142,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of tokens, 1 or more, not {text!r}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"a number from 0 to 2, not {text!r}")
+    return value

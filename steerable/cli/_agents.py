@@ -137,7 +137,7 @@ def add_agent_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--tool-choice",
         choices=("auto", "required", "none"),
-        help="with --model: Chat Completions' tool_choice (llama-cpp-python needs auto)",
+        help="with --model: Chat Completions' tool_choice, sent with the tools (default: auto)",
     )
     run.add_argument(
         "--no-stream",

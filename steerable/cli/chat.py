@@ -36,7 +36,7 @@ from typing import Any, Literal, TextIO
 from steerable.cli.terminal import PROMPT, PromptTerminal, Terminal, short
 from steerable.errors import UsageError
 from steerable.messages import Message, user
-from steerable.models.base import Model
+from steerable.models.base import Model, ModelSettings
 from steerable.runner import Result, Run, Runner, Spec
 from steerable.session import Session, open_session
 from steerable.tools import Tool, ToolFunction
@@ -80,6 +80,8 @@ class ChatOptions:
     max_steps: int = 32
     tool_choice: Literal["auto", "required", "none"] | None = None
     stream: bool = True
+    max_tokens: int | None = None
+    temperature: float | None = None
 
 
 def load_tools(spec: str) -> list[Tool | ToolFunction]:
@@ -168,6 +170,7 @@ async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
             instructions=options.instructions,
             session=session,
             max_steps=options.max_steps,
+            settings=ModelSettings(temperature=options.temperature, max_tokens=options.max_tokens),
         )
         terminal = PromptTerminal(out) if tty else Terminal(out)
         conversation = Conversation(session, spec, model, terminal)
@@ -333,6 +336,13 @@ class Conversation:
             note("  [steer sent] it joins the turn at its next step")
 
     def _report(self, result: Result) -> None:
+        take_notices = getattr(self.model, "take_notices", None)
+        for notice in take_notices() if callable(take_notices) else ():
+            self.terminal.note(f"  [note] {notice}", dim=False)
+        if result.reason == "completed" and not result.output.strip():
+            # Frequent with small local models when tools are offered: say it, or the
+            # screen shows nothing between the prompt and the usage line.
+            self.terminal.note("  [the model's answer was empty]", dim=False)
         usage = result.usage
         # A server that reports no usage leaves the counts at 0: saying "0 tokens" would lie.
         if usage.input_tokens or usage.output_tokens:

@@ -206,3 +206,27 @@ def test_base_url_help_names_every_openai_api() -> None:
         check=True,
     )
     assert "openai-responses:" in " ".join(done.stdout.split())
+
+
+def test_a_server_that_cannot_stream_tools_is_told_once_and_an_empty_answer_is_shown(
+    tmp_path: Path,
+) -> None:
+    # The strict server answers a streamed request with tools with an empty stream: the
+    # chat asks again unstreamed and says why once; the model's empty answer is said too.
+    with WireServer(chat_stream([]), chat_stream(["Second."]), strict=True) as server:
+        tools = ["--tools", "examples.tools.slow:TOOLS"]
+        done = piped(tmp_path, server, "hi\nagain\n", *tools)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("[note]") == 1
+    assert "empty stream for a request with tools" in done.stdout
+    assert done.stdout.count("[the model's answer was empty]") == 1
+    assert "Second." in done.stdout
+    assert [b["stream"] for b in server.bodies] == [True, False, False]
+
+
+def test_max_tokens_and_temperature_reach_the_request(tmp_path: Path) -> None:
+    with WireServer(chat_stream(["ok"])) as server:
+        done = piped(tmp_path, server, "hi\n", "--max-tokens", "64", "--temperature", "0.3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [body] = server.bodies
+    assert (body["max_tokens"], body["temperature"]) == (64, 0.3)

@@ -24,7 +24,7 @@ from steerable.errors import ProviderError
 from steerable.models.openai import OpenAIChatModel
 from steerable.stores.sqlite import SQLiteStore
 from tests.models.compatible_worker import PROMPT, SESSION
-from tests.models.wire import WireServer, chat_stream, detail_error
+from tests.models.wire import Answer, WireServer, chat_stream, detail_error
 
 ROOT = Path(__file__).resolve().parents[2]
 STEER = "and the tests"
@@ -103,7 +103,7 @@ def test_two_tool_calls_a_steer_from_elsewhere_and_a_sigkill(mode: str, tmp_path
     assert all(m.get("content") is not None for ms in messages for m in ms)
     for body in bodies:
         assert [t["function"]["name"] for t in body["tools"]] == ["search", "read"]
-        assert body.get("tool_choice") == ("auto" if mode == "strict" else None)
+        assert body["tool_choice"] == "auto"  # the default, said: a strict server needs it
         assert body["stream"] is (mode != "strict")
 
     stored = asyncio.run(_stored(database))
@@ -138,33 +138,52 @@ async def test_a_strict_server_refuses_null_content_so_none_is_sent() -> None:
     }
 
 
-async def test_tool_choice_is_sent_only_when_set_and_only_with_tools() -> None:
+async def test_tool_choice_is_auto_unless_set_and_sent_only_with_tools() -> None:
     answers = [chat_stream(["a"]), chat_stream(["b"]), chat_stream(["c"])]
     with WireServer(*answers) as server:
         async with model(server, tool_choice="required") as forced, model(server) as plain:
             await Runner.run(Spec(tools=[search]), "x", forced)
             await Runner.run(Spec(), "x", forced)
             await Runner.run(Spec(tools=[search]), "x", plain)
-    assert [b.get("tool_choice") for b in server.bodies] == ["required", None, None]
+    assert [b.get("tool_choice") for b in server.bodies] == ["required", None, "auto"]
 
 
-async def test_without_tool_choice_a_strict_server_drops_the_tools() -> None:
-    # Why the setting exists: the model never sees the tools and answers in text.
-    with WireServer(chat_stream([], [("c1", "search", ['{"q": "x"}'])]), strict=True) as server:
-        async with model(server, stream=False) as m:
+async def test_with_no_settings_a_strict_server_sees_the_tools_and_answers_unstreamed() -> None:
+    # llama-cpp-python's server drops tools sent without tool_choice, and answers a streamed
+    # request with tool_choice with an empty stream: the defaults get past both.
+    answers = [chat_stream([], [("c1", "search", ['{"q": "x"}'])]), chat_stream(["Found x."])]
+    with WireServer(*answers, strict=True) as server:
+        async with model(server) as m:
             result = await Runner.run(Spec(tools=[search]), "go", m)
-    assert result.reason == "completed"
-    assert result.output == "I have no tools to call."
+            notices = m.take_notices()
+            again = m.take_notices()
+    assert (result.reason, result.output) == ("completed", "Found x.")
+    assert [(b["tool_choice"], b["stream"]) for b in server.bodies] == [
+        ("auto", True),  # the empty stream
+        ("auto", False),  # asked again at once, unstreamed
+        ("auto", False),  # and the next request with tools unstreamed from the start
+    ]
+    assert len(notices) == 1 and "empty stream" in notices[0] and "--no-stream" in notices[0]
+    assert again == []  # said once
+
+
+async def test_an_unstreamed_request_without_tools_still_streams() -> None:
+    answers = [chat_stream([], [("c1", "search", ['{"q": "x"}'])]), chat_stream(["Found."])]
+    with WireServer(*answers, chat_stream(["Plain."]), strict=True) as server:
+        async with model(server) as m:
+            await Runner.run(Spec(tools=[search]), "go", m)
+            result = await Runner.run(Spec(), "no tools", m)
+    assert result.output == "Plain."
+    assert server.bodies[-1]["stream"] is True and "tools" not in server.bodies[-1]
 
 
 async def test_an_empty_stream_is_an_error_that_says_what_the_server_likely_did() -> None:
-    with WireServer(chat_stream(["never sent"]), strict=True) as server:
-        async with model(server, tool_choice="auto") as m:
-            result = await Runner.run(Spec(tools=[search]), "go", m)
+    with WireServer(Answer(events=[])) as server:  # no tools: nothing to fall back from
+        async with model(server) as m:
+            result = await Runner.run(Spec(), "go", m)
     assert result.reason == "failed"
     assert isinstance(result.error, ProviderError)
     assert "empty stream" in result.error.message
-    assert "stream=False" in result.error.message
     assert len(server.requests) == 1  # a refusal, not worth another try
 
 

@@ -73,6 +73,7 @@ async def test_request_bodies_tool_call_and_the_steer_after_its_result() -> None
     common = {
         "model": "test-model",
         "tools": expected_tools(),
+        "tool_choice": "auto",
         "temperature": 0.2,
         "max_completion_tokens": 300,
         "seed": 7,

@@ -61,10 +61,13 @@ class OpenAIChatModel(ClientModel):
     ``ModelSettings.max_tokens``: OpenAI wants ``max_completion_tokens``, some older
     compatible servers only know ``max_tokens``.
 
-    With tools, ``tool_choice`` is sent when set (OpenAI's default, ``"auto"``, needs no
-    saying; llama-cpp-python drops the tools unless it is said). ``stream=False`` asks for
-    the whole reply at once, for servers that cannot stream tool calls: the reply's text
-    then reaches the run's events in one piece.
+    With tools, ``tool_choice`` is always sent: ``"auto"`` unless set (OpenAI's own
+    default, so saying it changes nothing there; llama-cpp-python's server drops the tools
+    without a word unless it is said). ``stream=False`` asks for the whole reply at once,
+    for servers that cannot stream tool calls: the reply's text then reaches the run's
+    events in one piece. A streamed request with tools that comes back empty (what such a
+    server answers) is asked again once unstreamed, and every later request with tools of
+    this model goes unstreamed: :meth:`take_notices` says so once, for the user to see.
     """
 
     provider = PROVIDER
@@ -93,6 +96,16 @@ class OpenAIChatModel(ClientModel):
         self.max_tokens_param = max_tokens_param
         self.tool_choice = tool_choice
         self.streaming = stream
+        self._tools_unstreamed = False  # learned: this server cannot stream with tools
+        self._notices: list[str] = []
+
+    def take_notices(self) -> list[str]:
+        """What this model learned about its server since last asked, a sentence each.
+
+        The chat shows them; an application may log them. Each is said once.
+        """
+        notices, self._notices = self._notices, []
+        return notices
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body this model sends for ``request`` (``stream`` included)."""
@@ -102,20 +115,22 @@ class OpenAIChatModel(ClientModel):
         }
         if request.tools:
             body["tools"] = chat_tools(request.tools)
-            if self.tool_choice is not None:
-                body["tool_choice"] = self.tool_choice
+            body["tool_choice"] = self.tool_choice or "auto"
         settings = request.settings
         if settings.temperature is not None:
             body["temperature"] = settings.temperature
         if settings.max_tokens is not None:
             body[self.max_tokens_param] = settings.max_tokens
-        body["stream"] = self.streaming
-        if self.streaming:
+        streaming = self.streaming and not (request.tools and self._tools_unstreamed)
+        body["stream"] = streaming
+        if streaming:
             body["stream_options"] = {"include_usage": True}
         body.update(settings.extra)
         return body
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
+        if body["stream"] and "tools" in body and self._tools_unstreamed:
+            body = _unstreamed(body)  # learned on an earlier attempt or request
         if not body["stream"]:
             reply = await self._whole(body)
             if reply.message.text:
@@ -132,7 +147,19 @@ class OpenAIChatModel(ClientModel):
             except openai.OpenAIError as exc:
                 raise stream_error(PROVIDER, exc) from exc
         if not builder.began:
-            raise empty_stream(PROVIDER, tools="tools" in body)
+            if "tools" not in body or self._tools_unstreamed:
+                raise empty_stream(PROVIDER, tools="tools" in body)
+            # A server that cannot stream with tools (llama-cpp-python's) answers so: ask
+            # again unstreamed, and from now on, for this model's requests with tools.
+            self._tools_unstreamed = True
+            self._notices.append(
+                f"{self.model}: the server sent an empty stream for a request with tools;"
+                " asking for whole replies when tools are given from now on (--no-stream"
+                " says it from the start)"
+            )
+            async for event in self._attempt(_unstreamed(body)):
+                yield event
+            return
         if builder.finish_reason is None:
             raise cut_short(PROVIDER)
         yield builder.build()
@@ -152,6 +179,11 @@ class OpenAIChatModel(ClientModel):
             )
         except openai.OpenAIError as exc:
             raise provider_error(PROVIDER, exc) from exc
+
+
+def _unstreamed(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` asking for the whole reply at once."""
+    return {**{k: v for k, v in body.items() if k != "stream_options"}, "stream": False}
 
 
 def _rest(body: dict[str, Any]) -> dict[str, Any]:
