@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 
 from steerable import telemetry
 from steerable._control import Control, Stopped
+from steerable.compaction import model_view
 from steerable.errors import ModelError, TranscriptConflict
 from steerable.events import (
     Ended,
@@ -335,7 +336,7 @@ class ReAct:
     async def _requested(self) -> Reply:
         spec = self._spec
         request = ModelRequest(
-            spec.instructions, tuple(self.transcript), spec.tool_specs, spec.settings
+            spec.instructions, tuple(model_view(self.transcript)), spec.tool_specs, spec.settings
         )
         reply: Reply | None = None
         listened = self._sink is not None or bool(self._control.subs)

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from steerable.cli.terminal import PROMPT, PromptTerminal, Terminal, short
-from steerable.errors import UsageError
+from steerable.compaction import compact, compaction_of, is_context_overflow
+from steerable.errors import ProviderError, UsageError
 from steerable.messages import Message, user
 from steerable.models.base import Model, ModelSettings
 from steerable.runner import Result, Run, Runner, Spec
@@ -64,6 +65,7 @@ HELP = """\
   a line while the agent works: a steer, joining the turn at its next step
   /queue TEXT   make TEXT the next turn        /stop   stop the turn (Ctrl-C)
   /quit         leave now (Ctrl-D: when done)  /help   this
+  /compact      summarize the conversation so far; the model is sent the summary from then on
 """
 
 
@@ -200,6 +202,7 @@ class Conversation:
         self.terminal = terminal
         self.queued: list[str] = []
         self.quitting = False  # /quit: leave now
+        self.compacting = False  # /compact typed during a turn: once it ends
         self.input_ended = False  # end of input: leave once the work asked for is done
         self.run: Run | None = None
         self.last: Result | None = None  # the last turn's result
@@ -229,6 +232,9 @@ class Conversation:
                 note("carrying on the interrupted turn")
                 await self.turn(messages)
             while not self.quitting:
+                if self.compacting:
+                    self.compacting = False
+                    await self._compact()
                 text = await self._next_prompt()
                 if text is None:
                     break
@@ -257,10 +263,26 @@ class Conversation:
                 self.terminal.write(HELP)
             elif command == "/stop":
                 self.terminal.note("  nothing to stop")
+            elif command == "/compact":
+                await self._compact()
             elif command.startswith("/"):
                 self.terminal.note(f"  unknown command {command}; /help lists them")
             elif line.strip():
                 return line.strip()
+
+    async def _compact(self) -> None:
+        """Summarize the conversation into the transcript (steerable.compaction)."""
+        self.terminal.note("  summarizing the conversation so far...")
+        try:
+            summary = await compact(self.session, self.model, settings=self.spec.settings)
+        except (UsageError, ProviderError) as exc:
+            self.terminal.note(f"  [not compacted] {exc}", dim=False)
+            return
+        words = len(summary.text.split())
+        self.terminal.note(
+            f"  [compacted] the model is sent a summary of {words} words from now on;"
+            " every message is still in the store"
+        )
 
     async def _read_line(self) -> str | None:
         if self.input_ended:
@@ -329,6 +351,9 @@ class Conversation:
                 note("  queued as the next turn")
         elif command == "/help":
             self.terminal.write(HELP)
+        elif command == "/compact":
+            self.compacting = True
+            note("  compacting once this turn ends")
         elif command.startswith("/"):
             note(f"  unknown command {command}; /help lists them")
         elif line.strip():
@@ -351,6 +376,13 @@ class Conversation:
             tokens = "usage not reported"
         if result.reason == "failed":
             self.terminal.note(f"  [failed] {result.error}", dim=False)
+            if is_context_overflow(result.error):
+                self.terminal.note(
+                    "  the conversation no longer fits the model's context: /compact"
+                    " summarizes it (every message stays in the store), or start afresh"
+                    " with --session NEW",
+                    dim=False,
+                )
         elif result.reason == "completed" and result.finish_reason == "length":
             self.terminal.note(f"  [cut short: the reply hit max_tokens] ({tokens})", dim=False)
         elif result.reason == "completed" and result.finish_reason == "content_filter":
@@ -393,9 +425,9 @@ def _mid_turn(last: Message) -> bool:
 
     Any user message at the end is unanswered: tool results, a steer, or the turn's own
     prompt (the loop saves it before the first request, so a chat killed during its first
-    request or tool call leaves exactly that).
+    request or tool call leaves exactly that). A compaction (``/compact``) is not one.
     """
-    return last.role == "user"
+    return last.role == "user" and compaction_of(last) is None
 
 
 # -- steerable chat --url: the same chat against a service ---------------------------------

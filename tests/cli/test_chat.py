@@ -19,7 +19,7 @@ from steerable.models.base import ModelRequest
 from steerable.models.scripted import call
 from steerable.session import Session, open_session
 from steerable.stores.memory import MemoryStore
-from tests.models.wire import WireServer, chat_stream
+from tests.models.wire import WireServer, chat_stream, json_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -230,3 +230,27 @@ def test_max_tokens_and_temperature_reach_the_request(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     [body] = server.bodies
     assert (body["max_tokens"], body["temperature"]) == (64, 0.3)
+
+
+def test_compact_summarizes_and_the_next_turn_is_sent_the_summary(tmp_path: Path) -> None:
+    answers = [chat_stream(["Four."]), chat_stream(["They asked 2+2."]), chat_stream(["Five."])]
+    with WireServer(*answers) as server:
+        done = piped(tmp_path, server, "2+2?\n/compact\n")  # typed during the turn: after it
+        again = piped(tmp_path, server, "and 2+3?\n")  # a new chat on the same session
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "compacting once this turn ends" in done.stdout and "[compacted]" in done.stdout
+    assert "carrying on" not in again.stdout  # a compaction is not a turn left halfway
+    assert "Five." in again.stdout
+    summary, after = server.bodies[1], server.bodies[2]
+    assert "2+2?" in summary["messages"][-1]["content"] and "tools" not in summary
+    texts = [m["content"] for m in after["messages"]]
+    assert len(texts) == 2 and texts[0].endswith("They asked 2+2.") and texts[1] == "and 2+3?"
+
+
+def test_a_context_overflow_names_the_way_out(tmp_path: Path) -> None:
+    full = "This model's maximum context length is 2048 tokens. However, you requested 2400."
+    with WireServer(json_answer(400, {"error": {"message": full}})) as server:
+        done = piped(tmp_path, server, "hi\n")
+    assert done.returncode == 1
+    assert "maximum context length is 2048" in done.stdout
+    assert "/compact" in done.stdout and "--session NEW" in done.stdout
