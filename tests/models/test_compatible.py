@@ -167,6 +167,16 @@ async def test_with_no_settings_a_strict_server_sees_the_tools_and_answers_unstr
     assert again == []  # said once
 
 
+async def test_a_bare_500_for_a_forced_tool_call_says_to_try_auto() -> None:
+    with WireServer(strict=True) as server:
+        async with model(server, tool_choice="required", max_retries=0) as m:
+            result = await Runner.run(Spec(tools=[search]), "go", m)
+    assert result.reason == "failed" and isinstance(result.error, ProviderError)
+    assert result.error.status == 500
+    assert "no explanation in the answer" in result.error.message
+    assert 'try tool_choice "auto"' in result.error.message
+
+
 async def test_an_unstreamed_request_without_tools_still_streams() -> None:
     answers = [chat_stream([], [("c1", "search", ['{"q": "x"}'])]), chat_stream(["Found."])]
     with WireServer(*answers, chat_stream(["Plain."]), strict=True) as server:

@@ -14,8 +14,8 @@ Completions (``data:`` lines, ``[DONE]``), OpenAI Responses and Anthropic Messag
 servers do (llama-cpp-python's, the model for it; others share parts of it): a message
 with ``"content": null`` is refused with a 500 and a many-line validation report; tools
 sent without ``tool_choice`` are dropped (the model answers in text); a streamed request
-with ``tool_choice: "auto"`` gets an empty stream; no usage is ever reported; an
-unstreamed request gets the scripted stream folded into one completion; errors are
+with ``tool_choice: "auto"`` gets an empty stream; ``"required"`` a bare 500; no usage is
+ever reported; an unstreamed request gets the scripted stream folded into one completion; errors are
 ``{"detail": ...}``. A refusal does not use up the script's next answer.
 """
 
@@ -220,6 +220,8 @@ def strict_refusal(request: Recorded) -> Answer | None:
     for index, message in enumerate(body.get("messages", ())):
         if "content" in message and message["content"] is None:
             return detail_error(500, _null_content_report(index, message.get("role")))
+    if body.get("tools") and body.get("tool_choice") == "required":
+        return Answer(500, {"Content-Type": "text/plain"}, b"")  # its assertion fails
     if body.get("tools") and body.get("stream") and body.get("tool_choice") == "auto":
         return Answer(events=[])  # "automatic streaming tool choice is not supported"
     if body.get("tools") and "tool_choice" not in body:

@@ -178,7 +178,17 @@ class OpenAIChatModel(ClientModel):
                 extra_body=_rest(body),
             )
         except openai.OpenAIError as exc:
-            raise provider_error(PROVIDER, exc) from exc
+            error = provider_error(PROVIDER, exc)
+            if body.get("tool_choice") == "required" and (error.status or 0) >= 500:
+                # llama-cpp-python's server fails an assertion on it: a bare 500
+                error = ProviderError(
+                    PROVIDER,
+                    f"{error.message}; some servers cannot force a tool call:"
+                    ' try tool_choice "auto" (the chat\'s --tool-choice auto)',
+                    status=error.status,
+                    retryable=error.retryable,
+                )
+            raise error from exc
 
 
 def _unstreamed(body: dict[str, Any]) -> dict[str, Any]:
