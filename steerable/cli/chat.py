@@ -61,6 +61,10 @@ A server that speaks OpenAI's Chat Completions (vLLM, Ollama, LM Studio, llama.c
 See docs/models.md for the providers and docs/chat.md for the chat's commands.
 """
 
+STOPPED = "steerable.chat.stopped"
+"""The session metadata key (``set_metadata``) holding the id of the last message of the
+turn the user stopped: a turn left halfway that ends there is not carried on unasked."""
+
 HELP = """\
   a line while the agent works: a steer, joining the turn at its next step
   /queue TEXT   make TEXT the next turn        /stop   stop the turn (Ctrl-C)
@@ -175,6 +179,7 @@ async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
             settings=ModelSettings(temperature=options.temperature, max_tokens=options.max_tokens),
         )
         terminal = PromptTerminal(out) if tty else Terminal(out)
+        terminal.whole_replies = not options.stream
         conversation = Conversation(session, spec, model, terminal)
         await conversation.greet(model_name, options.store)
         with terminal.reading():
@@ -229,8 +234,13 @@ class Conversation:
         messages = await self.session.messages()
         with self._interrupts():
             if (messages and _mid_turn(messages[-1])) or await self.session.steers():
-                note("carrying on the interrupted turn")
-                await self.turn(messages)
+                if await self._stopped_by_user(messages):
+                    carry = await self._ask_to_carry_on()
+                else:  # the chat was killed mid-turn: carry it on, unasked
+                    note("carrying on the interrupted turn")
+                    carry = True
+                if carry:
+                    await self.turn(messages)
             while not self.quitting:
                 if self.compacting:
                     self.compacting = False
@@ -260,7 +270,7 @@ class Conversation:
             if command == "/queue" and rest.strip():
                 return rest.strip()
             if command == "/help":
-                self.terminal.write(HELP)
+                self.terminal.block(HELP)
             elif command == "/stop":
                 self.terminal.note("  nothing to stop")
             elif command == "/compact":
@@ -284,6 +294,53 @@ class Conversation:
             " every message is still in the store"
         )
 
+    async def _mark_stopped(self, transcript: Sequence[Message]) -> None:
+        """Record in the session's metadata that the user stopped the turn (/stop, /quit,
+        Ctrl-C) that ``transcript`` ends: started again, the chat asks before carrying it on,
+        while a turn the chat was killed in is carried on unasked."""
+        store = self.session.store
+        status, set_metadata = getattr(store, "status", None), getattr(store, "set_metadata", None)
+        if not transcript or not callable(status) or not callable(set_metadata):
+            return
+        try:
+            metadata = dict((await status(self.session.id, limit=1)).metadata)
+            metadata[STOPPED] = transcript[-1].id
+            await set_metadata(self.session.id, metadata)
+        except Exception as exc:  # the turn is stored; only the question at restart is lost
+            self.terminal.note(f"  [error] could not record the stop: {exc}", dim=False)
+
+    async def _stopped_by_user(self, messages: Sequence[Message]) -> bool:
+        """Whether the turn ``messages`` leave halfway is one the user stopped."""
+        status = getattr(self.session.store, "status", None)
+        if not messages or not callable(status):
+            return False
+        metadata = (await status(self.session.id, limit=1)).metadata
+        return bool(metadata.get(STOPPED) == messages[-1].id)
+
+    async def _ask_to_carry_on(self) -> bool:
+        """Whether to carry on a turn the user stopped: asked on a terminal; piped input
+        cannot be asked, and carries it on as it always did."""
+        note = self.terminal.note
+        if not self.terminal.interactive:
+            note("carrying on the turn you stopped (no terminal to ask)")
+            return True
+        note("the last turn was stopped before it ended: carry it on? [y/N]", dim=False)
+        while True:
+            self.terminal.prompt()
+            line = await self._read_line()
+            self.terminal.typed()
+            answer = (line or "").strip().lower()
+            if line is None or answer == "/quit":
+                self.quitting = True
+                return False
+            if answer in ("y", "yes"):
+                note("carrying on the stopped turn")
+                return True
+            if answer in ("", "n", "no"):
+                note("  left as it was: the next line you type starts a new turn")
+                return False
+            note("  y carries the stopped turn on; n (or Enter) leaves it as it was")
+
     async def _read_line(self) -> str | None:
         if self.input_ended:
             return None
@@ -298,6 +355,8 @@ class Conversation:
         """One turn: run, take lines as steers and commands while it works, report."""
         while True:
             result = await self._run(messages)
+            if result.reason == "stopped":
+                await self._mark_stopped(result.transcript)
             waiting = await self.session.steers()
             if result.reason != "completed" or not waiting or self.quitting:
                 if waiting:
@@ -350,7 +409,7 @@ class Conversation:
                 self.queued.append(rest.strip())
                 note("  queued as the next turn")
         elif command == "/help":
-            self.terminal.write(HELP)
+            self.terminal.block(HELP)
         elif command == "/compact":
             self.compacting = True
             note("  compacting once this turn ends")
@@ -570,7 +629,7 @@ class RemoteConversation:
             if command == "/quit":
                 return False
             if command == "/help":
-                self.terminal.write(REMOTE_HELP)
+                self.terminal.block(REMOTE_HELP)
             elif command == "/stop":
                 turn = await self.client.stop(self.session)
                 note("  stopping the turn" if turn else "  nothing to stop")

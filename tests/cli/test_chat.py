@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import subprocess
@@ -254,3 +255,58 @@ def test_a_context_overflow_names_the_way_out(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "maximum context length is 2048" in done.stdout
     assert "/compact" in done.stdout and "--session NEW" in done.stdout
+
+
+def test_a_stream_cut_off_mid_answer_says_the_connection_dropped(tmp_path: Path) -> None:
+    broken = chat_stream(["Half ", "an answer"])
+    broken.drop_after = 3  # the role chunk and the two pieces: then the server is gone
+    with WireServer(broken) as server:
+        done = piped(tmp_path, server, "hi\n")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    [failed] = [line for line in lines if "[failed]" in line]
+    assert "could not connect" not in failed
+    assert "the connection dropped mid-answer" in failed
+    assert f"{server.url}/v1/chat/completions" in failed
+    assert lines.index("Half an answer") < lines.index(failed)
+
+
+async def test_a_stopped_turn_is_carried_on_without_a_terminal_to_ask() -> None:
+    # A stopped turn is marked as the user's doing; piped input cannot be asked, so the
+    # chat started again carries it on as it always did, and says so.
+    session = open_session("s", MemoryStore())
+
+    async def stopped_while_asked(request: ModelRequest) -> str:
+        assert first.run is not None
+        first.run.stop()
+        await asyncio.sleep(5)
+        return "never"
+
+    first = conversation(session, ScriptedModel([stopped_while_asked]), io.StringIO())
+    await first.turn([user("find it", id="prompt")])
+    model = ScriptedModel(["found it"])
+    out = io.StringIO()
+    again = conversation(session, model, out)
+    again.terminal.lines.put_nowait(None)
+    await again.main()
+
+    assert [m.id for m in model.requests[0].messages] == ["prompt"]
+    assert "carrying on the turn you stopped (no terminal to ask)" in out.getvalue()
+    assert [m.text for m in await session.messages()] == ["find it", "found it"]
+
+
+async def test_a_request_that_shows_nothing_for_a_while_is_said_to_wait_once() -> None:
+    session = open_session("s", MemoryStore())
+
+    async def slow(request: ModelRequest) -> str:
+        await asyncio.sleep(0.3)
+        return "at last"
+
+    out = io.StringIO()
+    chat = conversation(session, ScriptedModel([slow, "quick"]), out)
+    chat.terminal.wait = 0.05  # five seconds on a pipe
+    await chat.turn([user("take your time")])
+    await chat.turn([*await session.messages(), user("and now quickly")])
+    shown = out.getvalue().splitlines()
+    assert shown.count("  waiting for the reply...") == 1
+    assert shown.index("  waiting for the reply...") < shown.index("at last")

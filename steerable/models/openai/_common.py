@@ -86,11 +86,16 @@ def _where(exc: openai.APIError) -> str:
 
 
 def stream_error(provider: str, exc: openai.OpenAIError) -> Exception:
-    """An error met while reading a stream: a dropped connection is worth a retry."""
-    error = provider_error(provider, exc)
+    """An error met while reading a stream: a dropped connection is worth a retry.
+
+    The request was answered, so the server was reached: a connection error now is the
+    stream cut off (the server died or dropped it), not a server that cannot be reached.
+    """
     if isinstance(exc, openai.APIConnectionError):
-        return StreamBroken(error)
-    return error
+        what = "timed out" if isinstance(exc, openai.APITimeoutError) else "dropped"
+        message = f"the connection {what} mid-answer: {_where(exc)} ({_cause(exc)})"
+        return StreamBroken(ProviderError(provider, message, retryable=True))
+    return provider_error(provider, exc)
 
 
 def cut_short(provider: str) -> StreamBroken:
