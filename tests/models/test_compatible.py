@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from steerable import Message, ModelSettings, Runner, Spec, tool, transcript_problems
+from steerable.compaction import is_context_overflow
 from steerable.errors import ProviderError
 from steerable.models.openai import OpenAIChatModel
 from steerable.stores.sqlite import SQLiteStore
 from tests.models.compatible_worker import PROMPT, SESSION
-from tests.models.wire import Answer, WireServer, chat_stream, detail_error
+from tests.models.wire import Answer, WireServer, chat_stream, detail_error, json_answer
 
 ROOT = Path(__file__).resolve().parents[2]
 STEER = "and the tests"
@@ -187,14 +188,51 @@ async def test_an_unstreamed_request_without_tools_still_streams() -> None:
     assert server.bodies[-1]["stream"] is True and "tools" not in server.bodies[-1]
 
 
-async def test_an_empty_stream_is_an_error_that_says_what_the_server_likely_did() -> None:
-    with WireServer(Answer(events=[])) as server:  # no tools: nothing to fall back from
+async def test_an_empty_stream_is_asked_again_unstreamed_once_and_then_an_error() -> None:
+    # no tools: nothing to remember, but the server may say unstreamed what it did
+    with WireServer(Answer(events=[]), Answer(events=[]), strict=True) as server:
         async with model(server) as m:
             result = await Runner.run(Spec(), "go", m)
     assert result.reason == "failed"
     assert isinstance(result.error, ProviderError)
     assert "empty stream" in result.error.message
-    assert len(server.requests) == 1  # a refusal, not worth another try
+    assert [b["stream"] for b in server.bodies] == [True, False]  # once, not again
+
+
+async def test_an_empty_stream_answered_unstreamed_is_the_reply() -> None:
+    answers = [Answer(events=[]), chat_stream(["Plain."]), chat_stream(["Streamed."])]
+    with WireServer(*answers, strict=True) as server:
+        async with model(server) as m:
+            result = await Runner.run(Spec(), "go", m)
+            later = await Runner.run(Spec(), "again", m)
+            notices = m.take_notices()
+    assert (result.reason, result.output) == ("completed", "Plain.")
+    assert later.output == "Streamed."
+    assert notices == []  # nothing changed for later requests: nothing to say
+    assert [b["stream"] for b in server.bodies] == [True, False, True]  # not remembered
+
+
+async def test_a_context_overflow_streamed_as_an_empty_200_is_told_by_the_unstreamed_ask() -> None:
+    # llama-cpp-python's server: the prompt is tokenized once the stream's 200 is sent, so a
+    # prompt past the context is an empty stream; unstreamed it is this 400.
+    overflow = json_answer(
+        400,
+        {
+            "error": {
+                "message": "This model's maximum context length is 2048 tokens. However, you"
+                " requested 2264 tokens (2264 in your prompt; 0 for the completion).",
+                "type": "invalid_request_error",
+                "code": "context_length_exceeded",
+            }
+        },
+    )
+    with WireServer(Answer(events=[]), overflow) as server:
+        async with model(server, max_retries=0) as m:
+            result = await Runner.run(Spec(), "a long prompt", m)
+    assert result.reason == "failed" and isinstance(result.error, ProviderError)
+    assert result.error.status == 400
+    assert is_context_overflow(result.error)
+    assert "maximum context length is 2048 tokens" in result.error.message
 
 
 async def test_a_detail_body_is_the_message_and_the_url_is_named() -> None:

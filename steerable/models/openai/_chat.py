@@ -68,6 +68,8 @@ class OpenAIChatModel(ClientModel):
     events in one piece. A streamed request with tools that comes back empty (what such a
     server answers) is asked again once unstreamed, and every later request with tools of
     this model goes unstreamed: :meth:`take_notices` says so once, for the user to see.
+    An empty stream without tools is asked again once unstreamed too (not remembered): a
+    server that failed after its 200 says there what went wrong (a context overflow).
     """
 
     provider = PROVIDER
@@ -148,7 +150,16 @@ class OpenAIChatModel(ClientModel):
                 raise stream_error(PROVIDER, exc) from exc
         if not builder.began:
             if "tools" not in body or self._tools_unstreamed:
-                raise empty_stream(PROVIDER, tools="tools" in body)
+                # No reply at all: a server whose error came after its 200 (llama-cpp-python
+                # streams a context overflow so) says what it was when asked unstreamed,
+                # once; its error, or its reply, is the answer.
+                reply = await self._whole(_unstreamed(body))
+                if not (reply.message.text or reply.message.tool_calls):
+                    raise empty_stream(PROVIDER, tools="tools" in body)
+                if reply.message.text:
+                    yield TextDelta(reply.message.text)
+                yield reply
+                return
             # A server that cannot stream with tools (llama-cpp-python's) answers so: ask
             # again unstreamed, and from now on, for this model's requests with tools.
             self._tools_unstreamed = True
