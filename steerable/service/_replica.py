@@ -321,6 +321,13 @@ class Replica:
             recorded.error,
             getattr(outcome, "exception", None),
         )
+        if recorded.state == "completed" and not recorded.text:
+            log.warning(
+                "turn %r of session %r completed with an empty answer: the model replied"
+                " with no text (recorded as it is)",
+                claim.turn,
+                session,
+            )
         if span is not None:
             _ended(span, report)
         await self._end(serving.cell, recorded, report)

@@ -444,3 +444,20 @@ async def test_a_live_sink_that_fails_does_not_fail_the_turn(
     assert calls > 1, "the sink was called for each event, not dropped after the first failure"
     failures = [r for r in caplog.records if "live sink failed" in r.getMessage()]
     assert len(failures) == 1
+
+
+async def test_a_turn_whose_answer_is_empty_is_recorded_so_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from steerable.models.scripted import ScriptedModel
+    from steerable.service.agent import ReActAgent
+    from steerable.spec import Spec
+
+    service = Service(MemoryStore(), ReActAgent(Spec(), ScriptedModel([""])), poll=0.05)
+    async with service.serving():
+        sent = await service.send("s", "go")
+        done = await service.wait("s", sent.id, seconds=10)
+    assert done is not None and (done.state, done.text) == ("completed", "")
+    said = [r for r in caplog.records if "empty answer" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
+    assert repr(done.id) in said[0].getMessage()
