@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from steerable import Message, ModelSettings, Runner, Spec, tool, transcript_problems
+from steerable import Message, ModelSettings, Runner, Spec, tool, transcript_problems, user
 from steerable.compaction import is_context_overflow
 from steerable.errors import ProviderError
 from steerable.models.openai import OpenAIChatModel
@@ -147,6 +147,20 @@ async def test_tool_choice_is_auto_unless_set_and_sent_only_with_tools() -> None
             await Runner.run(Spec(), "x", forced)
             await Runner.run(Spec(tools=[search]), "x", plain)
     assert [b.get("tool_choice") for b in server.bodies] == ["required", None, "auto"]
+
+
+async def test_a_required_tool_choice_forces_the_first_call_of_each_turn_only() -> None:
+    # forced on every request, a model could never answer: it calls tools until max_steps
+    call = ("c1", "search", ['{"q": "x"}'])
+    answers = [chat_stream([], [call]), chat_stream(["Found."])]
+    with WireServer(*answers, *answers) as server:
+        async with model(server, tool_choice="required") as forced:
+            first = await Runner.run(Spec(tools=[search]), "go", forced)
+            second = await Runner.run(
+                Spec(tools=[search]), [*first.transcript, user("again")], forced
+            )
+    assert (first.output, second.output) == ("Found.", "Found.")
+    assert [b["tool_choice"] for b in server.bodies] == ["required", "auto"] * 2
 
 
 async def test_with_no_settings_a_strict_server_sees_the_tools_and_answers_unstreamed() -> None:

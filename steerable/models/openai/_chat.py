@@ -63,7 +63,9 @@ class OpenAIChatModel(ClientModel):
 
     With tools, ``tool_choice`` is always sent: ``"auto"`` unless set (OpenAI's own
     default, so saying it changes nothing there; llama-cpp-python's server drops the tools
-    without a word unless it is said). ``stream=False`` asks for the whole reply at once,
+    without a word unless it is said). ``"required"`` forces the turn's first call only:
+    once a result came back, the turn's requests say ``"auto"`` (forced every time, the
+    model could never answer). ``stream=False`` asks for the whole reply at once,
     for servers that cannot stream tool calls: the reply's text then reaches the run's
     events in one piece. A streamed request with tools that comes back empty (what such a
     server answers) is asked again once unstreamed, and every later request with tools of
@@ -117,7 +119,10 @@ class OpenAIChatModel(ClientModel):
         }
         if request.tools:
             body["tools"] = chat_tools(request.tools)
-            body["tool_choice"] = self.tool_choice or "auto"
+            choice = self.tool_choice or "auto"
+            if choice == "required" and _called_this_turn(request.messages):
+                choice = "auto"  # forced at the turn's start; after results it may answer
+            body["tool_choice"] = choice
         settings = request.settings
         if settings.temperature is not None:
             body["temperature"] = settings.temperature
@@ -200,6 +205,19 @@ class OpenAIChatModel(ClientModel):
                     retryable=error.retryable,
                 )
             raise error from exc
+
+
+def _called_this_turn(messages: Sequence[Message]) -> bool:
+    """Whether a tool result came back since the turn's prompt (the last user message that
+    is neither a tool result nor a steer)."""
+    for message in reversed(messages):
+        if message.role != "user":
+            continue
+        if message.tool_results:
+            return True
+        if not message.steered:
+            return False
+    return False
 
 
 def _unstreamed(body: dict[str, Any]) -> dict[str, Any]:
