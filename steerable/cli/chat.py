@@ -180,6 +180,9 @@ async def chat(options: ChatOptions, *, out: TextIO | None = None) -> int:
         )
         terminal = PromptTerminal(out) if tty else Terminal(out)
         terminal.whole_replies = not options.stream
+        take_notices = getattr(model, "take_notices", None)
+        if callable(take_notices):
+            terminal.notices = take_notices
         conversation = Conversation(session, spec, model, terminal)
         await conversation.greet(model_name, options.store)
         with terminal.reading():
@@ -420,9 +423,7 @@ class Conversation:
             note("  [steer sent] it joins the turn at its next step")
 
     def _report(self, result: Result) -> None:
-        take_notices = getattr(self.model, "take_notices", None)
-        for notice in take_notices() if callable(take_notices) else ():
-            self.terminal.note(f"  [note] {notice}", dim=False)
+        self.terminal.say_notices()  # any the turn's last events did not show
         if result.reason == "completed" and not result.output.strip():
             # Frequent with small local models when tools are offered: say it, or the
             # screen shows nothing between the prompt and the usage line.

@@ -58,6 +58,7 @@ class Terminal:
         self.lines: asyncio.Queue[str | None] = asyncio.Queue()
         self.interrupt: Callable[[], None] = lambda: None  # Ctrl-C, where no signal comes
         self.whole_replies = False  # the model is asked for whole replies (--no-stream)
+        self.notices: Callable[[], list[str]] = list  # what the model learned, said at once
         self._working = False
         self._mid_line = False
         self._color = out.isatty() and not os.environ.get("NO_COLOR")
@@ -149,6 +150,7 @@ class Terminal:
 
     def render(self, event: Event) -> None:
         """Show one event of the run."""
+        self.say_notices()
         if isinstance(event, ModelRequested):
             self._asking()
             return
@@ -176,6 +178,12 @@ class Terminal:
                 if call is not None:
                     self._result(call, result.content, error=result.is_error)
             self._open.clear()
+
+    def say_notices(self) -> None:
+        """What the model learned about its server (an empty stream: whole replies from
+        now on), each once, as soon as the chat sees it: at an event, or while it waits."""
+        for notice in self.notices():
+            self.note(f"  [note] {notice}", dim=False)
 
     def _result(self, call: ToolCall, content: str, *, error: bool) -> None:
         flag = " [error]" if error else ""
@@ -207,6 +215,7 @@ class Terminal:
     def _waiting(self) -> None:
         """Said once on a pipe: a note."""
         self._wait, self._late = None, True
+        self.say_notices()
         self.note(self.waiting_for(seconds=False))
 
 
@@ -261,6 +270,7 @@ class PromptTerminal(Terminal):
     def _waiting(self) -> None:
         """Drawn above the input line, its seconds counted, until the reply comes."""
         self._late = True
+        self.say_notices()
         self._redraw()
         self._wait = asyncio.get_running_loop().call_later(1.0, self._waiting)
 

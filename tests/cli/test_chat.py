@@ -225,6 +225,16 @@ def test_a_server_that_cannot_stream_tools_is_told_once_and_an_empty_answer_is_s
     assert [b["stream"] for b in server.bodies] == [True, False, False]
 
 
+def test_the_note_comes_before_the_answer_it_explains(tmp_path: Path) -> None:
+    # said when the chat learns it, not after the (unstreamed, maybe minutes long) answer
+    with WireServer(chat_stream(["The whole answer."]), strict=True) as server:
+        tools = ["--tools", "examples.tools.slow:TOOLS"]
+        done = piped(tmp_path, server, "hi\n", *tools)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("[note]") == 1
+    assert done.stdout.index("[note]") < done.stdout.index("The whole answer.")
+
+
 def test_max_tokens_and_temperature_reach_the_request(tmp_path: Path) -> None:
     with WireServer(chat_stream(["ok"])) as server:
         done = piped(tmp_path, server, "hi\n", "--max-tokens", "64", "--temperature", "0.3")
