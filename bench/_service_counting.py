@@ -149,11 +149,17 @@ class Counting:
         return await self.inner.renew(lease, seconds=seconds)
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
         """Counted ``ServiceStore.step``."""
         self.calls["step"] += 1
-        return await self.inner.step(lease, messages, at=at, take=take)
+        return await self.inner.step(lease, messages, at=at, take=take, final=final)
 
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
         """Counted ``ServiceStore.end_turn``."""

@@ -183,10 +183,14 @@ class ReAct:
         if pending and last is not None and await self._run_calls(last, fresh=False):
             return "stopped"
         while True:
-            await self._step()
+            # At max_steps the last results are stored and no request follows: that save
+            # takes no steer (no model would see it; it waits for the next turn) and, where
+            # the store counts steps, is none.
+            final = self._steps >= spec.max_steps
+            await self._step(last=final)
             if control.stopping:
                 return "stopped"
-            if self._steps >= spec.max_steps:
+            if final:
                 return "max_steps"
             self._steps += 1
             await self._emit(ModelRequested(self._steps, len(self.transcript)))
@@ -228,9 +232,9 @@ class ReAct:
 
     # -- a step -------------------------------------------------------------------------
 
-    async def _step(self) -> None:
+    async def _step(self, *, last: bool = False) -> None:
         control = self._control
-        room = self._spec.steers_per_turn - len(self._taken)
+        room = 0 if last else self._spec.steers_per_turn - len(self._taken)
         mine = control.take(room) if room > 0 else []
         session = self._spec.session
         if session is None:
@@ -243,7 +247,7 @@ class ReAct:
             self._unsaved = mine
             self.transcript.extend(s.message() for s in mine)
         try:
-            taken = await session.save(self.transcript, take=room - len(mine))
+            taken = await session.save(self.transcript, take=room - len(mine), last=last)
         except BaseException as exc:
             del self.transcript[at:]  # not recorded (as far as the run knows): unapplied
             if isinstance(exc, Exception):

@@ -408,9 +408,18 @@ class ServiceStore(Protocol):
         ...
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
-        """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
+        """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken.
+
+        ``final``: no model request follows (the save of a turn that reached ``max_steps``):
+        not counted as a step, whatever it ends with."""
         ...
 
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
@@ -479,13 +488,16 @@ class Notifying(Protocol):
         ...
 
 
-def counts_as_step(messages: Sequence[Message], take: int) -> bool:
+def counts_as_step(messages: Sequence[Message], take: int, *, final: bool = False) -> bool:
     """Whether a save is a step (it precedes a model request) rather than the answer's save.
 
     A save before a model request ends in a user message (the prompt, tool results) or
     takes steers; the save once a turn's pattern returns ends in the assistant's answer
-    and takes none. The stores count a turn's steps with this one rule.
+    and takes none; so does a ``final`` save (a turn that reached ``max_steps`` stores its
+    last results, and no request follows). The stores count a turn's steps with this rule.
     """
+    if final:
+        return False
     return take > 0 or (bool(messages) and messages[-1].role == "user")
 
 

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from steerable.errors import TranscriptConflict, UsageError
 from steerable.messages import Message, ToolResult
 from steerable.store import (
+    CheckedStore,
     Steer,
+    StepCounting,
     Store,
     as_steer,
     check_count,
@@ -72,13 +74,19 @@ class Session:
         """The steers waiting to be taken, oldest first."""
         return await self.store.steers(self.id)
 
-    async def save(self, transcript: Sequence[Message], *, take: int = 0) -> list[Message]:
+    async def save(
+        self, transcript: Sequence[Message], *, take: int = 0, last: bool = False
+    ) -> list[Message]:
         """Store what ``transcript`` has beyond what is stored, and take up to ``take`` steers.
 
         Returns the steered messages taken; they are already recorded after ``transcript``
-        in the store, and the caller appends them to its own copy.
+        in the store, and the caller appends them to its own copy. ``last``: the save of a
+        run that reached ``max_steps``, which takes nothing and, where the store counts a
+        turn's steps (:class:`~steerable.store.StepCounting`), is not counted as one.
         """
         check_count(take, "take")
+        if last and take:
+            raise UsageError("the last save of a run takes no steers (take=0)")
         check_transcript(transcript)
         # every message when the transcript is read against the store, else only the new
         # ones: a step's save costs what the step added, however long the transcript
@@ -87,8 +95,13 @@ class Session:
         new = transcript[at:]
         if not new and not take:
             return []
+        counting = _step_counting(self.store) if last else None
         try:
-            taken = await self.store.save(self.id, new, at=at, take=take)
+            if counting is not None:
+                await counting.save_last(self.id, new, at=at)
+                taken = []
+            else:
+                taken = await self.store.save(self.id, new, at=at, take=take)
         except BaseException:
             # A save that failed (or whose answer was lost) may still have committed:
             # learn what is stored again before the next save.
@@ -194,3 +207,9 @@ class Session:
 def open_session(id: str, store: Store) -> Session:
     """The session ``id`` of ``store``. No I/O: a session nobody wrote to is empty."""
     return Session(id, store)
+
+
+def _step_counting(store: Store) -> StepCounting | None:
+    """``store`` (under its checks) as a store that counts steps, or None."""
+    inner = store.inner if isinstance(store, CheckedStore) else store
+    return inner if isinstance(inner, StepCounting) else None

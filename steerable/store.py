@@ -209,6 +209,17 @@ class Repairable(Protocol):
         ...
 
 
+@runtime_checkable
+class StepCounting(Protocol):
+    """A store that counts a turn's steps (the service's, for the turn it runs), and so is
+    told when a save is the last of a run that reached ``max_steps``: no model request
+    follows it, so it is no step."""
+
+    async def save_last(self, session: str, messages: Sequence[Message], *, at: int) -> None:
+        """``save(session, messages, at=at, take=0)``, not counted as a step."""
+        ...
+
+
 def journaling(store: Store) -> Journaling:
     """``store`` as a :class:`Journaling`, or a :class:`UsageError` saying it cannot be."""
     inner = store.inner if isinstance(store, CheckedStore) else store

@@ -87,8 +87,18 @@ class FencedStore:
             return list(claimed)
         return await self._store.messages(session)
 
+    async def save_last(self, session: str, messages: Sequence[Message], *, at: int) -> None:
+        """The save of a turn that reached ``max_steps``: fenced, takes nothing, no step."""
+        await self.save(session, messages, at=at, final=True)
+
     async def save(
-        self, session: str, messages: Sequence[Message], *, at: int, take: int = 0
+        self,
+        session: str,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int = 0,
+        final: bool = False,
     ) -> list[Message]:
         """The step's save-and-take, one fenced store call."""
         self._mine(session)
@@ -97,14 +107,17 @@ class FencedStore:
         if self._cell.fenced:  # lost or abandoned: refused here, without a store call
             raise Fenced(lease.session, lease.epoch, None)
         try:
-            taken = await self._service.step(lease, messages, at=at, take=take)
+            if final:
+                taken = await self._service.step(lease, messages, at=at, take=0, final=True)
+            else:
+                taken = await self._service.step(lease, messages, at=at, take=take)
         except Fenced:
             self._cell.fenced = True
             raise
         except StoreUnavailable:
             self._cell.store_failed = True
             raise
-        self._cell.steps += counts_as_step(messages, take)
+        self._cell.steps += counts_as_step(messages, take, final=final)
         self._cell.taken += len(taken)
         if self._written is not None:
             self._written(self._session)

@@ -355,7 +355,13 @@ class MemoryServiceTables:
             return Renewal(new, turn.stop_requested)
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
         """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
         for message in messages:
@@ -368,7 +374,7 @@ class MemoryServiceTables:
             new_ids = [m.id for m in messages]
             if len(set(new_ids)) != len(new_ids) or not ids.isdisjoint(new_ids):
                 raise InvalidMessage(f"session {lease.session!r}: a message id is already stored")
-            if counts_as_step(messages, take):
+            if counts_as_step(messages, take, final=final):
                 turn.steps += 1
             room = 0 if turn.stop_requested else max(0, min(take, turn.cap - turn.steers_taken))
             offered = [
@@ -390,7 +396,7 @@ class MemoryServiceTables:
             for message in taken:
                 svc.emit("message", turn.id, message_event(message, position))
                 position += 1
-            if counts_as_step(messages, take):
+            if counts_as_step(messages, take, final=final):
                 svc.emit("step", turn.id, {"step": turn.steps, "length": position})
             transcript.extend(messages)
             transcript.extend(taken)

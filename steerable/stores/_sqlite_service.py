@@ -302,13 +302,14 @@ def _step(
     bodies: list[str],
     at: int,
     take: int,
+    final: bool,
 ) -> list[Message]:
     tx = Tx(db, write=True)
     turn = _fenced(tx, lease)
     end = length(db, tx.session)
     if at != end:
         raise TranscriptConflict(tx.session, at, end)
-    step = counts_as_step(messages, take)
+    step = counts_as_step(messages, take, final=final)
     turn.steps += step
     room = 0 if turn.stop_requested else max(0, min(take, turn.cap - turn.steers_taken))
     offered = _take(db, tx.session, turn, room)
@@ -472,11 +473,17 @@ class SQLiteServiceTables:
         return await self._call(lambda db: _renew(db, lease, seconds))
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
         """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
         bodies = [codec.encode(m) for m in messages]  # refused before the lock is taken
-        return await self._call(lambda db: _step(db, lease, messages, bodies, at, take))
+        return await self._call(lambda db: _step(db, lease, messages, bodies, at, take, final))
 
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
         """Record the turn's end and release the lease; the next turn's prompt id, if any."""

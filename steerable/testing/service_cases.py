@@ -321,6 +321,27 @@ async def a_step_counts_only_saves_before_a_model_request(store: Both) -> None:
 
 
 @_case
+async def a_final_save_counts_no_step_and_takes_no_steer(store: Both) -> None:
+    """The save of a turn that reached ``max_steps`` stores its messages, counts no step
+    and takes no steer; the steer offered to the turn is freed at its end, its own turn."""
+    sid = _sid()
+    await store.enqueue(sid, _send("go", "t"))
+    claim = await _claimed(store, sid)
+    await _first_step(store, claim)
+    assert (await store.enqueue(sid, _steer("now", "s"))).turn == "t"
+    last = [assistant("a call"), user("its result")]
+    assert await store.step(claim.lease, last, at=1, take=0, final=True) == []
+    assert _ids(await store.messages(sid)) == ["t", *_ids(last)]
+    turn = await store.turn(sid, "t")
+    assert turn is not None and turn.steps == 1
+    steps = [e.data for e in await store.events(sid, after=0, limit=100) if e.kind == "step"]
+    assert steps == [{"step": 1, "length": 1}]
+    assert await store.end_turn(claim.lease, Outcome("max_steps")) == "s"
+    ended = [e.data for e in await store.events(sid, after=0, limit=100) if e.kind == "turn_ended"]
+    assert ended == [{"state": "max_steps", "released": ["s"]}]
+
+
+@_case
 async def the_cap_counts_the_steers_offered_to_a_turn(store: Both) -> None:
     """Past the cap a steer is a turn of its own; a step takes no more than the cap."""
     sid = _sid()

@@ -24,6 +24,7 @@ from steerable import (
     ToolResult,
     assistant,
     open_session,
+    tool,
     transcript_problems,
     user,
 )
@@ -196,6 +197,32 @@ async def test_max_steps_ends_the_run_after_that_many_requests() -> None:
     assert result.output == ""
     assert transcript_problems(result.transcript) == []
     assert result.transcript[-1].tool_results
+
+
+async def test_at_max_steps_a_steer_sent_during_the_last_call_is_left_for_the_next_turn() -> None:
+    # no model request follows the last save: a steer taken there would be answered by none
+    session = open_session("s", MemoryStore())
+    calls = 0
+
+    async def work() -> str:
+        """Works."""
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the last step's call: steers come in now
+            run.steer("from the run")
+            await session.steer("from the store")
+        return "done"
+
+    model = ScriptedModel([call("work", "{}")] * 3)
+    run = Runner.start(Spec(tools=[tool(work)], session=session, max_steps=2), "go", model)
+    result = await run
+    assert (result.reason, result.steps, len(model.requests)) == ("max_steps", 2, 2)
+    assert result.steers == ()
+    assert [s.text for s in result.unapplied_steers] == ["from the run"]
+    # the run's unapplied steer is left in the store too, after the one already there
+    assert [m.text for m in await session.steers()] == ["from the store", "from the run"]
+    assert result.transcript[-1].tool_results
+    assert await session.messages() == list(result.transcript)
 
 
 async def test_a_raising_tool_gives_the_model_an_error_result_and_the_run_goes_on() -> None:

@@ -217,14 +217,14 @@ class _Flaky(MemoryStore):
         super().__init__()
         self.fail, self.after_writing, self.steps = fail, after_writing, 0
 
-    async def step(self, lease, messages, *, at, take):  # type: ignore[no-untyped-def]
+    async def step(self, lease, messages, *, at, take, final=False):  # type: ignore[no-untyped-def]
         from steerable.errors import StoreUnavailable
 
         self.steps += 1
         if self.steps != self.fail:
-            return await super().step(lease, messages, at=at, take=take)
+            return await super().step(lease, messages, at=at, take=take, final=final)
         if self.after_writing:
-            await super().step(lease, messages, at=at, take=take)
+            await super().step(lease, messages, at=at, take=take, final=final)
         raise StoreUnavailable("the line to the database went down")
 
 
@@ -461,3 +461,36 @@ async def test_a_turn_whose_answer_is_empty_is_recorded_so_and_logged(
     said = [r for r in caplog.records if "empty answer" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
     assert repr(done.id) in said[0].getMessage()
+
+
+async def test_a_max_steps_turn_counts_its_requests_and_frees_a_late_steer() -> None:
+    # The last results' save is no step (no request follows), and a steer sent during the
+    # last call is not taken there (no model would answer it): freed, its own turn.
+    from steerable.models.scripted import ScriptedModel, call
+    from steerable.service.agent import ReActAgent
+    from steerable.spec import Spec
+    from steerable.tools import tool
+
+    service: Service
+    calls = 0
+
+    @tool
+    async def work() -> str:
+        """Works."""
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            steered = await service.steer("s", "and one more thing", id="late")
+            assert steered.turn is not None  # offered to the running turn
+        return "done"
+
+    model = ScriptedModel([call("work", "{}"), call("work", "{}"), "the late steer's answer"])
+    agent = ReActAgent(Spec(tools=[work], max_steps=2), model)
+    service = Service(MemoryStore(), agent, poll=0.05)
+    async with service.serving():
+        sent = await service.send("s", "go")
+        done = await service.wait("s", sent.id, seconds=10)
+        own = await service.wait("s", "late", seconds=10)
+    assert done is not None and (done.state, done.steps, done.steers_taken) == ("max_steps", 2, 0)
+    assert len(model.requests) == 3  # two for the turn, one for the freed steer's own turn
+    assert own is not None and (own.state, own.text) == ("completed", "the late steer's answer")

@@ -260,7 +260,13 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
     # -- steps -----------------------------------------------------------------------------
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
         """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
         session = lease.session
@@ -270,7 +276,7 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
             await self._write_blobs(staged)
             try:
                 taken, head = await self._transaction(
-                    lambda s: self._step(s, lease, messages, staged, at, take)
+                    lambda s: self._step(s, lease, messages, staged, at, take, final)
                 )
             except (Fenced, TranscriptConflict, InvalidMessage):
                 await self._drop_blobs(staged)  # surely not committed
@@ -287,6 +293,7 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         staged: Staged,
         at: int,
         take: int,
+        final: bool,
     ) -> tuple[list[Message], Doc | None]:
         session = lease.session
         service = await self._fence(s, lease)
@@ -302,7 +309,7 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         in_tail = {entry["i"] for entry in head.get("tail", ())} if head else set()
         if len(set(new_ids)) != len(new_ids) or not in_tail.isdisjoint(new_ids):
             raise InvalidMessage(f"session {session!r}: a message id is already stored")
-        is_step = counts_as_step(messages, take)
+        is_step = counts_as_step(messages, take, final=final)
         steps = int(turn["steps"]) + is_step
         room = 0 if turn["stop"] else max(0, min(take, int(turn["cap"]) - int(turn["tk"])))
         offered = await self._offered(s, service, name, room) if room else []

@@ -213,7 +213,13 @@ class MySQLServiceTables(Transactions):
         return await self._atomic(lease.session, work)
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
         """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken.
 
@@ -233,7 +239,7 @@ class MySQLServiceTables(Transactions):
             lease.epoch,
             min(at, MAX_AT),
             min(max(take, 0), MAX_AT),
-            counts_as_step(messages, take),
+            counts_as_step(messages, take, final=final),
             json.dumps(batch, ensure_ascii=False, separators=(",", ":")),
         )
         call = f"CALL {STEP}(%s, %s, %s, %s, %s, %s, %s)"

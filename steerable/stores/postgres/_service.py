@@ -477,7 +477,13 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         return Renewal(new, row["stop_requested"])
 
     async def step(
-        self, lease: Lease, messages: Sequence[Message], *, at: int, take: int
+        self,
+        lease: Lease,
+        messages: Sequence[Message],
+        *,
+        at: int,
+        take: int,
+        final: bool = False,
     ) -> list[Message]:
         """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken.
 
@@ -491,7 +497,7 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             lease.holder,
             at,
             take,
-            int(counts_as_step(messages, take)),
+            int(counts_as_step(messages, take, final=final)),
             [m.id for m in messages],
             bodies,
             [m.role for m in messages],
