@@ -182,6 +182,34 @@ async def test_with_no_settings_a_strict_server_sees_the_tools_and_answers_unstr
     assert again == []  # said once
 
 
+async def test_a_server_whose_template_takes_no_tools_is_said_once() -> None:
+    # llama-server with a chat template that knows no tools drops them without a word;
+    # its /props says so, asked once, at the first request with tools
+    props = {"chat_template_caps": {"supports_tools": False, "supports_tool_calls": False}}
+    answers = [chat_stream(["I have no tools."]), chat_stream(["Still none."]), chat_stream(["x"])]
+    with WireServer(*answers, props=props) as server:
+        async with model(server) as m:
+            await Runner.run(Spec(), "no tools: nothing asked", m)
+            assert server.gets == []
+            await Runner.run(Spec(tools=[search]), "go", m)
+            await Runner.run(Spec(tools=[search]), "again", m)
+            notices = m.take_notices()
+    assert server.gets == ["/props"]
+    assert len(notices) == 1 and "takes no tools" in notices[0] and "--jinja" in notices[0]
+
+
+async def test_a_server_that_takes_tools_or_has_no_props_is_not_told_about() -> None:
+    answers = [chat_stream(["a"]), chat_stream(["b"])]
+    takes = {"chat_template_caps": {"supports_tools": True}}
+    with WireServer(*answers, props=takes) as server, WireServer(*answers) as bare:
+        async with model(server) as m, model(bare) as other:
+            await Runner.run(Spec(tools=[search]), "go", m)
+            await Runner.run(Spec(tools=[search]), "go", other)
+            said = m.take_notices() + other.take_notices()
+    assert said == []
+    assert (server.gets, bare.gets) == (["/props"], ["/props"])  # the 404: no answer
+
+
 async def test_a_bare_500_for_a_forced_tool_call_says_to_try_auto() -> None:
     with WireServer(strict=True) as server:
         async with model(server, tool_choice="required", max_retries=0) as m:

@@ -69,9 +69,13 @@ AnswerLike = Answer | Callable[[Recorded], Answer]
 class WireServer:
     """The server; use it as a context manager. ``url`` is ``http://127.0.0.1:PORT``."""
 
-    def __init__(self, *answers: AnswerLike, strict: bool = False) -> None:
+    def __init__(
+        self, *answers: AnswerLike, strict: bool = False, props: dict[str, Any] | None = None
+    ) -> None:
         self._answers: deque[AnswerLike] = deque(answers)
         self.strict = strict
+        self.props = props  # GET /props answers it (llama-server's), else a 404
+        self.gets: list[str] = []  # the paths of the GET requests
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -130,6 +134,16 @@ def _handler(server: WireServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
+
+        def do_GET(self) -> None:
+            server.gets.append(self.path)
+            found = self.path == "/props" and server.props is not None
+            body = json.dumps(server.props if found else {"error": "not found"}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)

@@ -43,6 +43,7 @@ from steerable.models.openai._common import (
     provider_error,
     stream_error,
 )
+from steerable.models.openai._probe import ignored_tools_notice, ignores_tools
 
 PROVIDER = "openai-chat"
 
@@ -101,6 +102,7 @@ class OpenAIChatModel(ClientModel):
         self.tool_choice = tool_choice
         self.streaming = stream
         self._tools_unstreamed = False  # learned: this server cannot stream with tools
+        self._probed = False  # asked the server whether it takes tools (see _probe)
         self._notices: list[str] = []
 
     def take_notices(self) -> list[str]:
@@ -136,6 +138,10 @@ class OpenAIChatModel(ClientModel):
         return body
 
     async def _attempt(self, body: dict[str, Any]) -> AsyncGenerator[ModelEvent, None]:
+        if "tools" in body and not self._probed:
+            self._probed = True
+            if await ignores_tools(self.client):
+                self._notices.append(ignored_tools_notice(self.model))
         if body["stream"] and "tools" in body and self._tools_unstreamed:
             body = _unstreamed(body)  # learned on an earlier attempt or request
         if not body["stream"]:
