@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,15 @@ from steerable.errors import ProviderError
 from steerable.models.openai import OpenAIChatModel
 from steerable.stores.sqlite import SQLiteStore
 from tests.models.compatible_worker import PROMPT, SESSION
-from tests.models.wire import Answer, WireServer, chat_stream, detail_error, json_answer
+from tests.models.wire import (
+    Answer,
+    Recorded,
+    WireServer,
+    chat_stream,
+    detail_error,
+    json_answer,
+    strict_answer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STEER = "and the tests"
@@ -35,6 +44,11 @@ STEER = "and the tests"
 async def search(q: str) -> str:
     """Search the files."""
     return f"found {q}"
+
+
+def as_asked(answer: Answer) -> Callable[[Recorded], Answer]:
+    """``answer`` streamed if the request asks for a stream, else folded into one completion."""
+    return lambda request: strict_answer(request, answer)
 
 
 def model(server: WireServer, **options: Any) -> OpenAIChatModel:
@@ -208,6 +222,32 @@ async def test_a_server_that_takes_tools_or_has_no_props_is_not_told_about() -> 
             said = m.take_notices() + other.take_notices()
     assert said == []
     assert (server.gets, bare.gets) == (["/props"], ["/props"])  # the 404: no answer
+
+
+async def test_an_empty_streamed_answer_with_tools_is_asked_for_whole_once() -> None:
+    # llama-cpp-python's chatml-function-calling streams a text answer as chunks holding
+    # nothing; unstreamed the answer is there: from then on, whole replies with tools
+    answers = [chat_stream([]), chat_stream(["The answer."]), chat_stream(["Next."])]
+    with WireServer(*map(as_asked, answers)) as server:
+        async with model(server) as m:
+            result = await Runner.run(Spec(tools=[search]), "go", m)
+            later = await Runner.run(Spec(tools=[search]), "again", m)
+            notices = m.take_notices()
+    assert (result.output, later.output) == ("The answer.", "Next.")
+    assert [b["stream"] for b in server.bodies] == [True, False, False]
+    assert len(notices) == 1 and "empty answer" in notices[0]
+
+
+async def test_an_answer_empty_both_ways_is_empty_and_nothing_is_learned() -> None:
+    answers = [chat_stream([]), chat_stream([]), chat_stream(["Streamed."])]
+    with WireServer(*map(as_asked, answers)) as server:
+        async with model(server) as m:
+            result = await Runner.run(Spec(tools=[search]), "go", m)
+            later = await Runner.run(Spec(tools=[search]), "again", m)
+            notices = m.take_notices()
+    assert (result.reason, result.output, later.output) == ("completed", "", "Streamed.")
+    assert [b["stream"] for b in server.bodies] == [True, False, True]
+    assert notices == []
 
 
 async def test_a_bare_500_for_a_forced_tool_call_says_to_try_auto() -> None:

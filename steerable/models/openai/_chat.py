@@ -184,7 +184,24 @@ class OpenAIChatModel(ClientModel):
             return
         if builder.finish_reason is None:
             raise cut_short(PROVIDER)
-        yield builder.build()
+        reply = builder.build()
+        if "tools" in body and not (reply.message.text or reply.message.tool_calls):
+            # Nothing said and nothing called: llama-cpp-python's chatml-function-calling
+            # streams a text answer so. Asked unstreamed, a reply with something in it shows
+            # the server cannot stream with tools: remembered, as an empty stream is.
+            whole = await self._whole(_unstreamed(body))
+            if whole.message.text or whole.message.tool_calls:
+                self._tools_unstreamed = True
+                self._notices.append(
+                    f"{self.model}: the server streamed an empty answer to a request with"
+                    " tools and had one when asked for the whole reply; asking for whole"
+                    " replies when tools are given from now on (--no-stream says it from"
+                    " the start)"
+                )
+                if whole.message.text:
+                    yield TextDelta(whole.message.text)
+                reply = whole
+        yield reply
 
     async def _whole(self, body: dict[str, Any]) -> Reply:
         """The reply asked for unstreamed; its text is one delta, sent before it."""
