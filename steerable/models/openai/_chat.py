@@ -200,7 +200,7 @@ class OpenAIChatModel(ClientModel):
                 )
                 if whole.message.text:
                     yield TextDelta(whole.message.text)
-                reply = whole
+            reply = whole  # empty too, but with the usage a stream may not give
         yield reply
 
     async def _whole(self, body: dict[str, Any]) -> Reply:
