@@ -17,6 +17,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from contextlib import nullcontext
 
 from fastapi.responses import StreamingResponse
 
@@ -111,14 +112,20 @@ async def stream(
     *,
     keepalive: float,
     poll: float,
+    subscription: Subscription | None = None,
 ) -> AsyncIterator[str]:
     """The frames of ``session``'s stream after event ``after``, until the client leaves.
+
+    ``subscription``: the live events of ``session`` subscribed to already (by a caller that
+    had to be subscribed before it wrote, so as to miss no live event), left open here.
 
     A store that fails ends the stream cleanly: one ``unavailable`` frame (with ``retry``:
     reconnect in a second, with ``Last-Event-ID``) and one line in the log, rather than an
     answer cut in the middle and the server's traceback ("response already started").
     """
-    frames = _frames(service, live, session, after, keepalive=keepalive, poll=poll)
+    frames = _frames(
+        service, live, session, after, keepalive=keepalive, poll=poll, subscription=subscription
+    )
     try:
         async for frame in frames:
             yield frame
@@ -167,8 +174,10 @@ async def _frames(
     *,
     keepalive: float,
     poll: float,
+    subscription: Subscription | None,
 ) -> AsyncGenerator[str, None]:
-    async with live.subscribe(session) as deltas:
+    subscribed = live.subscribe(session) if subscription is None else nullcontext(subscription)
+    async with subscribed as deltas:
         if await beyond(service, session, after):
             after = await last_event(service, session)
             yield refetch_frame(after)

@@ -4,7 +4,9 @@ becomes its own turn, a stop, a stream closed and taken up again, and idempotent
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -23,10 +25,15 @@ from ag_ui.core import (
     ToolCallStartEvent,
     UserMessage,
 )
+from fastapi import FastAPI
 
+from steerable.service import Service
 from steerable.service.agent import ReActAgent
 from steerable.service.demo import DemoModel
+from steerable.service.http import LocalLive, create_app
+from steerable.service.http._live import Subscription
 from steerable.spec import Spec
+from steerable.stores.url import open_url
 from tests.protocols.agui.support import Watch, has, kinds, open_gate, run_input
 from tests.service.gated_agent import two_gated_calls, work
 from tests.service.http.conftest import Build, LiveServer, app_over
@@ -283,3 +290,45 @@ async def test_a_run_on_a_replica_that_does_not_run_the_turn_shows_what_was_stor
     calls = [e for e in events if isinstance(e, ToolCallStartEvent)]
     replies = [m.id for m in stored if m.role == "assistant" and m.tool_calls]
     assert [c.parent_message_id for c in calls] == replies and len(replies) == 2
+
+
+class _SlowToSubscribe(LocalLive):
+    """A feed whose subscriptions take half a second to be made (a LISTEN on a busy
+    database): a stream that subscribes after its input is written misses what the turn
+    does first."""
+
+    def subscribe(self, session: str) -> AbstractAsyncContextManager[Subscription]:
+        made = super().subscribe(session)
+
+        @asynccontextmanager
+        async def slowly() -> AsyncIterator[Subscription]:
+            await asyncio.sleep(0.5)
+            async with made as subscription:
+                yield subscription
+
+        return slowly()
+
+
+async def test_a_tool_call_that_starts_at_once_is_not_missed(
+    serve_app: Callable[[Build], LiveServer], tmp_path: Path, gate: Path
+) -> None:
+    # the run subscribes to the thread's live events before its input is written
+    url = f"sqlite:///{tmp_path / 'slow.db'}"
+    live = _SlowToSubscribe()
+
+    @asynccontextmanager
+    async def build() -> AsyncIterator[FastAPI]:
+        async with open_url(url) as store:
+            service = Service(store, two_gated_calls(), poll=0.05, live=live.sink)
+            yield create_app(service, live=live, protocols=["ag-ui"])
+
+    server = serve_app(build)
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        run = Watch(http, run_input("t9", "r1", "go"))
+        await run.until(has(E.TOOL_CALL_START), seconds=10)  # the tool waits at its gate
+        open_gate(gate, 1)
+        open_gate(gate, 2)
+        events = await run.done()
+    assert_run_shape(events, "r1")
+    starts = [e for e in events if isinstance(e, ToolCallStartEvent)]
+    assert len(starts) == 2

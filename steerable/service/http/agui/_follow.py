@@ -38,6 +38,7 @@ from steerable.messages import ToolCall as StoredCall
 from steerable.messages import ToolResult
 from steerable.service import Service
 from steerable.service.http._context import Context
+from steerable.service.http._live import Subscription
 from steerable.service.http._sse import stream
 from steerable.service.http.agui._messages import agui_messages, read_all, result_id, text_of
 from steerable.service_store import InputView
@@ -287,9 +288,12 @@ def _parse(frame: str) -> tuple[str, dict[str, Any]] | None:
     return kind, parsed
 
 
-async def follow(context: Context, run: Run, after: int) -> AsyncIterator[str]:
+async def follow(
+    context: Context, run: Run, after: int, subscription: Subscription
+) -> AsyncIterator[str]:
     """The AG-UI frames of ``run``: from RUN_STARTED to RUN_FINISHED or RUN_ERROR, following
-    the session's events after event ``after``."""
+    the session's events after event ``after`` and its live events on ``subscription``
+    (made before the run's input was written)."""
     encoder = EventEncoder()
     yield encode(encoder, run.started())
     if run.reconnect:
@@ -309,6 +313,7 @@ async def follow(context: Context, run: Run, after: int) -> AsyncIterator[str]:
         after,
         keepalive=context.keepalive,
         poll=context.poll,
+        subscription=subscription,
     )
     try:
         async for frame in frames:

@@ -9,6 +9,8 @@ same turn (a reconnect). The rest of ``messages``, ``tools``, ``state``, ``conte
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, AsyncIterator
+
 from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
@@ -45,14 +47,12 @@ def mount(app: FastAPI, context: Context) -> None:
         text = _text(body)
         release = context.limits.hold_stream(tenant_of(request))  # 429 when at its most
         try:
-            after = await last_event(context.service, session)
-            run = await _start(context, request, session, body.thread_id, run_id, text)
+            frames = _run_frames(context, request, session, body.thread_id, run_id, text)
+            first = await anext(frames)  # the input accepted (a refusal raises here): started
         except BaseException:
             release()
             raise
-        frames = follow(context, run, after)
-
-        return sse_response(frames, release, EventEncoder().get_content_type())
+        return sse_response(_then(first, frames), release, EventEncoder().get_content_type())
 
     @app.post(
         "/v1/ag-ui/{thread}/stop",
@@ -104,6 +104,29 @@ def _text(body: RunAgentInput) -> str | None:
             422, "invalid_request", "body.messages: the last one's text is blank or holds NUL"
         )
     return text
+
+
+async def _run_frames(
+    context: Context, request: Request, session: str, thread: str, run_id: str, text: str | None
+) -> AsyncGenerator[str, None]:
+    """The run's frames, subscribed to the thread's live events before its input is written:
+    a tool call that starts at once is not missed (live events are never replayed)."""
+    async with context.live.subscribe(session) as subscription:
+        after = await last_event(context.service, session)
+        run = await _start(context, request, session, thread, run_id, text)
+        async for frame in follow(context, run, after, subscription):
+            yield frame
+
+
+async def _then(first: str, rest: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+    """``first``, then ``rest``, which is closed however this ends. ``rest`` has started, so
+    the subscription it holds is left even when this never starts (its finalizer closes it)."""
+    try:
+        yield first
+        async for frame in rest:
+            yield frame
+    finally:
+        await rest.aclose()
 
 
 async def _start(
