@@ -1,0 +1,39 @@
+"""``bench/floor.py --quick --json`` on SQLite: steerable's step and the two floors are there,
+at both sizes, with their ratios. No timing is asserted, only the output's shape."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_floor_bench_quick_on_sqlite() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.floor", "--quick", "--json", "--stores", "sqlite"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["rounds"] == 2 and found["steps"] == 5
+    assert found["encode_us"] > 0
+    (store,) = found["stores"]
+    assert store.startswith("SQLite")
+    sizes = found["stores"][store]
+    assert set(sizes) == {"10", "1000"}
+    systems = {"steerable", "steerable take=0", "floor", "floor to_thread"}
+    for entry in sizes.values():
+        assert set(entry["us_per_step"]) == systems
+        assert all(us > 0 for us in entry["us_per_step"].values())
+        assert set(entry["ratio"]) == {"floor", "floor to_thread"}
+        assert all(r > 0 for r in entry["ratio"].values())
+        assert all(len(r) == 2 for r in entry["rounds_us"].values())
+    assert "| SQLite" in done.stdout  # the markdown table
+    assert "steerable / to_thread floor" in done.stdout
