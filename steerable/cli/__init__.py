@@ -28,8 +28,9 @@ def chat(args: argparse.Namespace) -> int:
     (``--url``); type while it works to steer it."""
     import asyncio
 
-    from steerable.cli.chat import ChatOptions, chat_url
+    from steerable.cli.chat import ChatOptions
     from steerable.cli.chat import chat as run_chat
+    from steerable.cli.chat_url import chat_url
 
     if args.url is not None:
         token = args.token or os.environ.get("STEERABLE_TOKEN")
