@@ -145,10 +145,8 @@ class OpenAIChatModel(ClientModel):
         if body["stream"] and "tools" in body and self._tools_unstreamed:
             body = _unstreamed(body)  # learned on an earlier attempt or request
         if not body["stream"]:
-            reply = await self._whole(body)
-            if reply.message.text:
-                yield TextDelta(reply.message.text)
-            yield reply
+            for event in _events(await self._whole(body)):
+                yield event
             return
         stream = await self._create(body, stream=True)
         builder = _ReplyBuilder()
@@ -160,51 +158,48 @@ class OpenAIChatModel(ClientModel):
             except openai.OpenAIError as exc:
                 raise stream_error(PROVIDER, exc) from exc
         if not builder.began:
-            if "tools" not in body or self._tools_unstreamed:
-                # No reply at all: a server whose error came after its 200 (llama-cpp-python
-                # streams a context overflow so) says what it was when asked unstreamed,
-                # once; its error, or its reply, is the answer.
-                reply = await self._whole(_unstreamed(body))
-                if not (reply.message.text or reply.message.tool_calls):
-                    raise empty_stream(PROVIDER, tools="tools" in body)
-                if reply.message.text:
-                    yield TextDelta(reply.message.text)
-                yield reply
-                return
-            # A server that cannot stream with tools (llama-cpp-python's) answers so: ask
-            # again unstreamed, and from now on, for this model's requests with tools.
-            self._tools_unstreamed = True
-            self._notices.append(
-                f"{self.model}: the server sent an empty stream for a request with tools;"
-                " asking for whole replies when tools are given from now on (--no-stream"
-                " says it from the start)"
-            )
-            async for event in self._attempt(_unstreamed(body)):
+            # No reply at all, asked again unstreamed. With tools: a server that cannot
+            # stream them (llama-cpp-python's), from now on asked for whole replies (said
+            # before the whole reply, which may take minutes). Without: a server whose error
+            # came after its 200 (llama-cpp-python streams a context overflow so) says
+            # there what it was; its error, or its reply, is the answer.
+            if "tools" in body:
+                self._learn_unstreamed("the server sent an empty stream for a request with tools")
+            whole = await self._whole(_unstreamed(body))
+            if "tools" not in body and not _said(whole):
+                raise empty_stream(PROVIDER)
+            for event in _events(whole):
                 yield event
             return
         if builder.finish_reason is None:
             raise cut_short(PROVIDER)
         reply = builder.build()
-        if "tools" in body and not (reply.message.text or reply.message.tool_calls):
+        if "tools" in body and not _said(reply):
             # Nothing said and nothing called: llama-cpp-python's chatml-function-calling
             # streams a text answer so. Asked unstreamed, a reply with something in it shows
-            # the server cannot stream with tools: remembered, as an empty stream is.
-            whole = await self._whole(_unstreamed(body))
-            if whole.message.text or whole.message.tool_calls:
-                self._tools_unstreamed = True
-                self._notices.append(
-                    f"{self.model}: the server streamed an empty answer to a request with"
-                    " tools and had one when asked for the whole reply; asking for whole"
-                    " replies when tools are given from now on (--no-stream says it from"
-                    " the start)"
+            # the server cannot stream with tools: remembered, as an empty stream is. Empty
+            # too, the whole reply is the answer still (with the usage a stream may lack).
+            reply = await self._whole(_unstreamed(body))
+            if _said(reply):
+                self._learn_unstreamed(
+                    "the server streamed an empty answer to a request with tools and had one"
+                    " when asked for the whole reply"
                 )
-                if whole.message.text:
-                    yield TextDelta(whole.message.text)
-            reply = whole  # empty too, but with the usage a stream may not give
+            for event in _events(reply):
+                yield event
+            return
         yield reply
 
+    def _learn_unstreamed(self, why: str) -> None:
+        """This server cannot stream with tools: whole replies for them from now on, said once."""
+        self._tools_unstreamed = True
+        self._notices.append(
+            f"{self.model}: {why}; asking for whole replies when tools are given from now on"
+            " (--no-stream says it from the start)"
+        )
+
     async def _whole(self, body: dict[str, Any]) -> Reply:
-        """The reply asked for unstreamed; its text is one delta, sent before it."""
+        """The reply asked for unstreamed (:func:`_events` gives it to the run)."""
         return whole_reply(await self._create(body, stream=False))
 
     async def _create(self, body: dict[str, Any], *, stream: bool) -> Any:
@@ -241,6 +236,16 @@ def _called_this_turn(messages: Sequence[Message]) -> bool:
         if not message.steered:
             return False
     return False
+
+
+def _said(reply: Reply) -> bool:
+    """Whether ``reply`` holds anything: text or a tool call."""
+    return bool(reply.message.text or reply.message.tool_calls)
+
+
+def _events(reply: Reply) -> list[ModelEvent]:
+    """An unstreamed reply as the run's events: its text as one delta, then the reply."""
+    return [TextDelta(reply.message.text), reply] if reply.message.text else [reply]
 
 
 def _unstreamed(body: dict[str, Any]) -> dict[str, Any]:

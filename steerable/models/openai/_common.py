@@ -105,15 +105,10 @@ def cut_short(provider: str) -> StreamBroken:
     )
 
 
-def empty_stream(provider: str, *, tools: bool) -> ProviderError:
-    """The server answered with a stream that held nothing at all: it likely refused."""
-    why = "the server answered with an empty stream, no reply at all"
-    if tools:
-        why += (
-            "; servers that cannot stream tool calls do this (llama-cpp-python with tool_choice"
-            ' "auto"): turn streaming off (stream=False, the chat\'s --no-stream)'
-        )
-    return ProviderError(provider, why)
+def empty_stream(provider: str) -> ProviderError:
+    """The server answered with a stream that held nothing at all, and nothing when asked
+    for the whole reply: it likely refused."""
+    return ProviderError(provider, "the server answered with an empty stream, no reply at all")
 
 
 def _cause(exc: BaseException) -> str:
