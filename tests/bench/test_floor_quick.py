@@ -3,25 +3,11 @@ at both sizes, with their ratios. No timing is asserted, only the output's shape
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_the_floor_bench_quick_on_sqlite() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.floor", "--quick", "--json", "--stores", "sqlite"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr + done.stdout
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    stdout, found = run_bench("-m", "bench.floor", "--quick", "--json", "--stores", "sqlite")
     assert found["rounds"] == 2 and found["steps"] == 5
     assert found["encode_us"] > 0
     (store,) = found["stores"]
@@ -35,5 +21,5 @@ def test_the_floor_bench_quick_on_sqlite() -> None:
         assert set(entry["ratio"]) == {"floor", "floor to_thread"}
         assert all(r > 0 for r in entry["ratio"].values())
         assert all(len(r) == 2 for r in entry["rounds_us"].values())
-    assert "| SQLite" in done.stdout  # the markdown table
-    assert "steerable / to_thread floor" in done.stdout
+    assert "| SQLite" in stdout  # the markdown table
+    assert "steerable / to_thread floor" in stdout

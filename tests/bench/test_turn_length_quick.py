@@ -4,25 +4,11 @@ shape."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import run_bench
 
 
 def test_the_turn_length_bench_quick_on_sqlite() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.turn_length", "--quick", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr + done.stdout
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    stdout, found = run_bench("-m", "bench.turn_length", "--quick", "--json")
     assert found["rounds"] == 5 and found["warm"] == 1
     assert found["lengths"] == [10, 200]
     verbs = found["verbs"]
@@ -41,5 +27,5 @@ def test_the_turn_length_bench_quick_on_sqlite() -> None:
         assert int(length) <= low <= high <= int(length) + int(length) // 10 + 8
         assert entry["sessions"] >= 1
     assert sizes["10"]["claim_ratio"] == 1.0 and sizes["10"]["turn_ratio"] == 1.0
-    assert "| SQLite" in done.stdout  # the markdown table
-    assert "claim vs 10" in done.stdout
+    assert "| SQLite" in stdout  # the markdown table
+    assert "claim vs 10" in stdout

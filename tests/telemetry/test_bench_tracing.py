@@ -4,25 +4,11 @@ timing is asserted, only that the figures are there."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench.support import ROOT, run_bench
 
 
 def test_the_tracing_bench_quick() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "tracing.py"), "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr + done.stdout
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    stdout, found = run_bench(str(ROOT / "bench" / "tracing.py"), "--quick")
     steps = found["steps"]
     none, api = found["none"], found["api"]
     assert none["opentelemetry_modules"] == 0 and none["ratio"] == 1.0
@@ -32,4 +18,4 @@ def test_the_tracing_bench_quick() -> None:
         assert found[mode]["spans_per_run"] == 1 + (steps + 1) + steps, found[mode]
     for mode in ("none", "api", "sdk, dropped", "sdk, batch"):
         assert found[mode]["us_per_step"] > 0
-    assert "| sdk, batch" in done.stdout  # the markdown table
+    assert "| sdk, batch" in stdout  # the markdown table
