@@ -107,7 +107,7 @@ class FencedStore:
         if self._cell.fenced:  # lost or abandoned: refused here, without a store call
             raise Fenced(lease.session, lease.epoch, None)
         try:
-            if final:
+            if final:  # said only when set: a store that predates the keyword serves the rest
                 taken = await self._service.step(lease, messages, at=at, take=0, final=True)
             else:
                 taken = await self._service.step(lease, messages, at=at, take=take)

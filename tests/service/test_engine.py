@@ -14,10 +14,14 @@ import pytest
 
 from steerable.messages import Message, Native
 from steerable.models.base import ModelRequest
+from steerable.models.scripted import ScriptedModel, call
 from steerable.service import Service, Turn
+from steerable.service.agent import ReActAgent
 from steerable.service.demo import demo_agent
 from steerable.service_store import Outcome
+from steerable.spec import Spec
 from steerable.stores.memory import MemoryStore
+from steerable.tools import tool
 
 
 async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
@@ -449,10 +453,6 @@ async def test_a_live_sink_that_fails_does_not_fail_the_turn(
 async def test_a_turn_whose_answer_is_empty_is_recorded_so_and_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from steerable.models.scripted import ScriptedModel
-    from steerable.service.agent import ReActAgent
-    from steerable.spec import Spec
-
     service = Service(MemoryStore(), ReActAgent(Spec(), ScriptedModel([""])), poll=0.05)
     async with service.serving():
         sent = await service.send("s", "go")
@@ -466,11 +466,6 @@ async def test_a_turn_whose_answer_is_empty_is_recorded_so_and_logged(
 async def test_a_max_steps_turn_counts_its_requests_and_frees_a_late_steer() -> None:
     # The last results' save is no step (no request follows), and a steer sent during the
     # last call is not taken there (no model would answer it): freed, its own turn.
-    from steerable.models.scripted import ScriptedModel, call
-    from steerable.service.agent import ReActAgent
-    from steerable.spec import Spec
-    from steerable.tools import tool
-
     service: Service
     calls = 0
 
