@@ -23,6 +23,14 @@ store, behind :class:`ServiceStore`, next to the transcript of :class:`steerable
   ``x``. ``claim`` starts the next turn of a session that has work and no live lease: its
   prompt is the waiting input that came first and no running turn was offered. A claim of
   a session whose running turn's lease expired takes that turn over instead (``resumed``).
+- **What a claimer knows.** A claim returns the session's transcript, and the transcript's
+  ``mark``: a token the store gives a session anew whenever a write removes or changes a
+  stored message (``truncate``, ``replace``, ``delete``, a fork into it) or makes its service
+  row, and keeps while writes only append. A claimer that holds the first ``length``
+  messages it read under a mark passes ``known={session: Known(length, mark)}``; when the
+  mark is still the session's (and the transcript at least that long) the claim returns only
+  the messages after them (``Claim.known`` says how many it left out), else the whole
+  transcript. So a replica that served a session's last turn reads only what came since.
 - **Leases and fencing.** A claim makes the claimer the session's holder until
   ``expires_at``, on the database's clock, and grows the session's ``epoch`` by one. Every
   write of a holder (``step``, ``end_turn``, ``renew``) carries its :class:`Lease` and is
@@ -54,7 +62,7 @@ store trusts its arguments' types; :class:`steerable.service.Service` checks the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -178,6 +186,15 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Known:
+    """The first ``length`` messages of a session's transcript, as a claimer read them under
+    the transcript's ``mark`` (see :class:`Claim`)."""
+
+    length: int
+    mark: str
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """A turn a replica is now to run under ``lease``.
 
@@ -201,6 +218,12 @@ class Claim:
     previous_holder: str | None = None
     """On a takeover (``resumed``), the replica that held the turn before this claim (None
     on a fresh claim, or where a store does not know it)."""
+    mark: str = ""
+    """The transcript's mark at the claim: kept while writes only append to it, new after any
+    write that removed or changed a stored message ("": the store keeps none)."""
+    known: int = 0
+    """How many of the transcript's first messages ``messages`` leaves out because the claimer
+    said it knew them under ``mark`` (``messages`` starts at that position; 0: whole)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,12 +417,20 @@ class ServiceStore(Protocol):
         ...
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given).
 
         The lease lasts ``seconds`` on the database's clock and the epoch grows by one. A new
-        turn may take ``cap`` steers in all. None when there is nothing to claim.
+        turn may take ``cap`` steers in all. None when there is nothing to claim. ``known``:
+        what the claimer holds of sessions' transcripts; the claimed session's messages it
+        still holds under the current mark are left out (:attr:`Claim.known`).
         """
         ...
 
@@ -499,6 +530,18 @@ def counts_as_step(messages: Sequence[Message], take: int, *, final: bool = Fals
     if final:
         return False
     return take > 0 or (bool(messages) and messages[-1].role == "user")
+
+
+def known_length(known: Mapping[str, Known] | None, session: str, mark: str, stored: int) -> int:
+    """How many of ``session``'s first messages a claim may leave out: the length the claimer
+    knows when it read them under ``mark`` (the transcript's mark now) and no more are
+    stored than that; else 0 (the whole transcript)."""
+    if not known or not mark:
+        return 0
+    held = known.get(session)
+    if held is None or held.mark != mark or not 0 < held.length <= stored:
+        return 0
+    return held.length
 
 
 def turn_of(position: int, starts: Sequence[tuple[int, str]]) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,7 @@ from steerable.service_store import (
     Input,
     InputState,
     InputView,
+    Known,
     Lease,
     Outcome,
     Renewal,
@@ -45,6 +46,7 @@ from steerable.service_store import (
     TurnState,
     TurnView,
     counts_as_step,
+    known_length,
     message_event,
     turn_of,
 )
@@ -169,6 +171,9 @@ class MemoryServiceTables:
     def _times(self, session: str) -> list[float]:
         raise NotImplementedError
 
+    def _mark(self, session: str) -> str:
+        raise NotImplementedError
+
     _lock: Any
 
     def _svc(self, session: str) -> _Service:
@@ -288,7 +293,13 @@ class MemoryServiceTables:
             self._svc(session).metadata = dict(metadata)
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given)."""
         with self._lock:
@@ -300,10 +311,18 @@ class MemoryServiceTables:
                     continue
                 if svc.running is None and not svc.queued():
                     continue
-                return self._claim(name, svc, holder, now + seconds, cap)
+                return self._claim(name, svc, holder, now + seconds, cap, known)
             return None
 
-    def _claim(self, name: str, svc: _Service, holder: str, expires: float, cap: int) -> Claim:
+    def _claim(
+        self,
+        name: str,
+        svc: _Service,
+        holder: str,
+        expires: float,
+        cap: int,
+        known: Mapping[str, Known] | None,
+    ) -> Claim:
         svc.epoch += 1
         resumed = svc.running is not None
         previous = svc.holder if resumed else None
@@ -324,18 +343,22 @@ class MemoryServiceTables:
         svc.emit(
             "turn_started", turn.id, {"epoch": svc.epoch, "holder": holder, "resumed": resumed}
         )
+        mark = self._mark(name)
+        skip = known_length(known, name, mark, len(messages))
         return Claim(
             Lease(name, holder, svc.epoch, expires),
             turn.id,
             prompt.input,
             turn.start,
-            list(messages),
+            messages[skip:],
             resumed,
             turn.steps,
             turn.steers_taken,
             turn.cap,
             turn.stop_requested,
             previous,
+            mark,
+            skip,
         )
 
     def _fenced(self, lease: Lease) -> tuple[_Service, _Turn]:

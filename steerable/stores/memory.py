@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from steerable import codec
 from steerable.errors import InvalidMessage, MessageNotFound, SessionExists, TranscriptConflict
 from steerable.journal import encode_result
-from steerable.messages import Message, ToolResult
+from steerable.messages import Message, ToolResult, new_id
 from steerable.store import Steer
 from steerable.stores._memory_service import MemoryServiceTables
 
@@ -31,6 +31,7 @@ class _Session:
     waiting: dict[str, Steer] = field(default_factory=dict)  # insertion ordered
     seen: set[str] = field(default_factory=set)  # every steer id ever left
     journal: dict[str, ToolResult | None] = field(default_factory=dict)  # call key: result
+    mark: str = field(default_factory=new_id)  # new whenever a stored message is cut or changed
 
 
 class MemoryStore(MemoryServiceTables):
@@ -49,6 +50,9 @@ class MemoryStore(MemoryServiceTables):
 
     def _times(self, session: str) -> list[float]:
         return self._get(session).times
+
+    def _mark(self, session: str) -> str:
+        return self._get(session).mark
 
     def _get(self, session: str) -> _Session:
         state = self._sessions.get(session)
@@ -122,6 +126,7 @@ class MemoryStore(MemoryServiceTables):
             if state is None:
                 return []
             removed = state.transcript[at:]
+            state.mark = new_id()
             del state.transcript[at:]
             del state.times[at:]
             state.ids.difference_update(m.id for m in removed)
@@ -194,6 +199,7 @@ class MemoryStore(MemoryServiceTables):
                 )
             del state.transcript[at:]
             del state.times[at:]
+            state.mark = new_id()
             state.transcript.extend(messages)
             state.times.extend([time.time()] * len(messages))
             state.ids = kept | set(ids)

@@ -26,6 +26,7 @@ if "steerable.testing.cases" not in sys.modules:  # the plugin registers it, unl
         "steerable.testing.cases",
         "steerable.testing.rewrite_cases",
         "steerable.testing.service_cases",
+        "steerable.testing.known_cases",
     )
 
 from steerable.testing.abilities import (

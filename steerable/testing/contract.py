@@ -32,6 +32,7 @@ from steerable.testing import (
     cases,
     fork_cases,
     journal_cases,
+    known_cases,
     queue_cases,
     rewrite_cases,
     service_cases,
@@ -98,6 +99,7 @@ for _case in [
     *service_cases.SERVICE_CASES,
     *rewrite_cases.SERVICE_CASES,
     *fork_cases.SERVICE_CASES,
+    *known_cases.SERVICE_CASES,
 ]:
     setattr(_ServiceCases, f"test_{_case.__name__}", _test_for(_case))
 

@@ -35,14 +35,15 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from steerable.errors import MessageNotFound, SessionExists, StoreUnavailable
+from steerable.stores.postgres._schema import NEW_MARK
 from steerable.stores.postgres._statements import RETRIES, acquired
 from steerable.stores.postgres._translate import translated
 
 __all__ = ["PostgresForkable"]
 
-_HOLD = """
+_HOLD = f"""
 INSERT INTO steerable_sessions AS s (session) VALUES ($1)
-ON CONFLICT (session) DO UPDATE SET version = s.version + 1
+ON CONFLICT (session) DO UPDATE SET version = s.version + 1, mark = {NEW_MARK}
 """
 
 # $1 the session forked, $2 the new one, $3 the message it is forked through (NULL: all).

@@ -9,7 +9,8 @@ statement of the other verbs for plain steps, in this order:
    UPDATE``: every service write and claim of the session queues behind it, so the check
    that no turn is running (a cut's and a delete's; a replace makes none) holds until the
    commit. Its ``version`` grows, so a claim that
-   waited on the lock runs again on a fresh snapshot and reads the transcript as it is now.
+   waited on the lock runs again on a fresh snapshot and reads the transcript as it is now,
+   and it gets a new ``mark``, so no claimer takes what it held of the transcript for it.
    A row the verb made and left empty (no epoch, no event) is removed again before the
    commit, so cutting or deleting a session the service never saw leaves no row.
 2. The transcript's last message is locked ``FOR UPDATE``, again until its position is the
@@ -44,6 +45,7 @@ import asyncpg  # type: ignore[import-untyped]
 from steerable import codec
 from steerable.errors import InvalidMessage, SessionBusy, StoreUnavailable, TranscriptConflict
 from steerable.messages import Message
+from steerable.stores.postgres._schema import NEW_MARK
 from steerable.stores.postgres._statements import acquired
 from steerable.stores.postgres._translate import translated
 
@@ -55,8 +57,9 @@ _MAX = 2**63 - 1  # bigint: no transcript is longer, so a larger position cuts n
 
 _MAKE = "INSERT INTO steerable_sessions (session) VALUES ($1) ON CONFLICT DO NOTHING"
 
-_LOCK = """
-UPDATE steerable_sessions SET version = version + 1 WHERE session = $1 RETURNING running
+_LOCK = f"""
+UPDATE steerable_sessions SET version = version + 1, mark = {NEW_MARK} WHERE session = $1
+RETURNING running
 """
 
 _TAIL = """

@@ -62,6 +62,10 @@ from typing import Final
 
 from steerable.stores.migrations import Migration, validated
 
+NEW_MARK: Final = "md5(random()::text || clock_timestamp()::text)"
+"""A new transcript mark (see :class:`steerable.service_store.Claim`): the default of a
+session's row, and what every write that cuts, changes or forks into a transcript sets."""
+
 MIGRATIONS: Final = validated(
     [
         Migration(
@@ -218,6 +222,15 @@ WHERE t.started_at IS NULL AND e.session = t.session AND e.turn = t.id""",
             6,
             "an input's trace context, kept apart from its metadata",
             ("ALTER TABLE steerable_inputs ADD COLUMN IF NOT EXISTS trace text",),
+        ),
+        Migration(
+            7,
+            "a transcript's mark: new whenever a stored message is cut, changed or forked into",
+            (
+                # volatile: each row its own (the table is rewritten once, here)
+                f"""ALTER TABLE steerable_sessions
+    ADD COLUMN IF NOT EXISTS mark text NOT NULL DEFAULT {NEW_MARK}""",
+            ),
         ),
     ]
 )

@@ -21,7 +21,7 @@ delivered when it commits.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -40,6 +40,7 @@ from steerable.service_store import (
     Accepted,
     Claim,
     Input,
+    Known,
     Lease,
     Outcome,
     Renewal,
@@ -120,11 +121,12 @@ FROM (SELECT) AS one LEFT JOIN seen ON true LEFT JOIN answer ON true
 """
 
 # The lock of a claim: one session (waiting for its lock), or any with work (skipping the
-# locked ones), that has no live lease. $1 holder, $2 seconds, $3 cap, $4 session.
+# locked ones), that has no live lease. $1 holder, $2 seconds, $3 cap, $4..$6 what the claimer
+# knows (sessions, lengths, marks), $7 session.
 _CLAIM_ONE = """
 locked AS (
     SELECT * FROM steerable_sessions
-    WHERE session = $4 AND (running IS NOT NULL OR queued > 0) AND expires <= now()
+    WHERE session = $7 AND (running IS NOT NULL OR queued > 0) AND expires <= now()
     FOR UPDATE
 )"""
 
@@ -141,7 +143,9 @@ locked AS (
 # new turn counts the steers offered to its prompt while it waited as offered to it (its
 # first step takes them), and records its prompt's seq and the time it started; a takeover
 # changes neither, and names the holder it takes the turn from (the locked row's, before
-# `held` overwrites it).
+# `held` overwrites it). It leaves out the first messages the claimer knows under the
+# transcript's mark (`skip`), so a replica that served the session's last turn reads only
+# what came since.
 _CLAIM = """
 WITH {locked}, fresh AS (
     SELECT locked.* FROM locked JOIN steerable_sessions snap USING (session)
@@ -153,6 +157,10 @@ WITH {locked}, fresh AS (
 ), stored AS (
     SELECT coalesce(max(m.position) + 1, 0) AS n FROM steerable_messages m
     WHERE m.session = (SELECT session FROM fresh)
+), skip AS (
+    SELECT coalesce(max(k.n), 0) AS n
+    FROM unnest($4::text[], $5::bigint[], $6::text[]) AS k (session, n, mark), fresh, stored
+    WHERE k.session = fresh.session AND k.mark = fresh.mark AND k.n > 0 AND k.n <= stored.n
 ), turn AS (
     SELECT t.id, t.start_position AS start, t.cap, t.steps, t.steers_taken, t.stop_requested,
         true AS resumed, fresh.holder AS previous_holder
@@ -194,15 +202,16 @@ WITH {locked}, fresh AS (
         queued = s.queued - (NOT turn.resumed)::int,
         events = s.events + (SELECT count(*) FROM ev)
     FROM fresh, turn WHERE s.session = fresh.session
-    RETURNING s.session, s.epoch, extract(epoch FROM s.expires)::float8 AS expires
+    RETURNING s.session, s.epoch, extract(epoch FROM s.expires)::float8 AS expires, s.mark
 )
 SELECT EXISTS (SELECT FROM locked) AS known, EXISTS (SELECT FROM fresh) AS fresh,
-    held.session, held.epoch, held.expires, turn.*, i.kind, i.body, i.metadata, i.trace,
+    held.session, held.epoch, held.expires, held.mark, skip.n AS skip, turn.*, i.kind, i.body,
+    i.metadata, i.trace,
     (SELECT array_agg(m.id ORDER BY m.position) FROM steerable_messages m
-        WHERE m.session = held.session) AS ids,
+        WHERE m.session = held.session AND m.position >= skip.n) AS ids,
     (SELECT array_agg(m.body ORDER BY m.position) FROM steerable_messages m
-        WHERE m.session = held.session) AS bodies
-FROM (SELECT) AS one LEFT JOIN held ON true LEFT JOIN turn ON true
+        WHERE m.session = held.session AND m.position >= skip.n) AS bodies
+FROM (SELECT) AS one LEFT JOIN held ON true LEFT JOIN turn ON true LEFT JOIN skip ON true
     LEFT JOIN steerable_inputs i ON i.session = held.session AND i.id = turn.id
 """
 
@@ -421,24 +430,40 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         return Accepted(input.id, input.kind, row["seq"], row["offered"], row["ahead"])
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
-        """Claim one session with work and no live lease (``session`` only, if given)."""
-        args: tuple[Any, ...]
+        """Claim one session with work and no live lease (``session`` only, if given),
+        leaving out the messages the claimer knows under the transcript's mark."""
+        held = list((known or {}).items())
+        args: tuple[Any, ...] = (
+            holder,
+            seconds,
+            cap,
+            [name for name, _ in held],
+            [k.length for _, k in held],
+            [k.mark for _, k in held],
+        )
         if session is None:
-            query, args = _CLAIM.format(locked=_CLAIM_ANY), (holder, seconds, cap)
+            query = _CLAIM.format(locked=_CLAIM_ANY)
         else:
-            query, args = _CLAIM.format(locked=_CLAIM_ONE), (holder, seconds, cap, session)
+            query, args = _CLAIM.format(locked=_CLAIM_ONE), (*args, session)
         [row] = await self._write("claim a session", query, *args)
         if row["session"] is None:
             return None
         name: str = row["session"]
         where = f"session {name!r}"
         prompt = codec.decode(row["id"], row["body"], where=f"{where}, input {row['id']!r}")
+        skip: int = row["skip"]
         messages = [
             codec.decode(id, body, where=f"{where}, position {position}")
             for position, (id, body) in enumerate(
-                zip(row["ids"] or (), row["bodies"] or (), strict=True)
+                zip(row["ids"] or (), row["bodies"] or (), strict=True), start=skip
             )
         ]
         return Claim(
@@ -459,6 +484,8 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             row["cap"],
             row["stop_requested"],
             row["previous_holder"],
+            row["mark"],
+            skip,
         )
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
