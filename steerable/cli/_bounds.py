@@ -31,6 +31,7 @@ class Bounds:
     keep_alive: float = 5.0
     max_connections: int | None = 1000
     stop_poll: float = 0.2
+    held_messages: int = 100_000
 
 
 _DEFAULT = Bounds()
@@ -95,6 +96,13 @@ def add_bound_flags(parser: argparse.ArgumentParser) -> None:
         help="seconds between asks of the store for stops, where it has no notifications"
         " (default: 0.2)",
     )
+    flag(
+        "--held-messages",
+        type=int,
+        default=_DEFAULT.held_messages,
+        help="messages of the sessions it served a replica keeps, so its next claim of one"
+        " reads only what is new (0: none; default: 100000)",
+    )
 
 
 def _count(value: int, flag: str) -> int | None:
@@ -126,4 +134,11 @@ def bounds_of(args: argparse.Namespace) -> Bounds:
         keep_alive=_seconds(args.keep_alive, "--keep-alive"),
         max_connections=_count(args.max_connections, "--max-connections"),
         stop_poll=_seconds(args.stop_poll, "--stop-poll"),
+        held_messages=_held(args.held_messages),
     )
+
+
+def _held(value: int) -> int:
+    if value < 0:
+        raise UsageError(f"--held-messages is a count >= 0 (0: none), not {value}")
+    return value

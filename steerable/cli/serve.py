@@ -253,6 +253,7 @@ async def _serve(options: ServeOptions) -> int:
             error_detail=options.error_detail,
             max_waiting=bounds.max_waiting,
             stop_poll=bounds.stop_poll,
+            held_messages=bounds.held_messages,
         )
         limits = Limits(bounds.tenant_rate, bounds.tenant_burst, bounds.tenant_streams)
         # The app's lifespan serves turns (service.serving()) and runs the live feed.

@@ -53,6 +53,7 @@ class FencedStore:
         "_store",
         "_turn",
         "_written",
+        "stored",
     )
 
     def __init__(
@@ -74,6 +75,9 @@ class FencedStore:
         self._cell = cell
         self._session = cell.lease.session
         self._claimed: list[Message] | None = claimed
+        self.stored: list[Message] | None = list(claimed)
+        """The session's stored transcript as this turn's calls saw it: the claim's, then
+        each save appended (None once a call left it unknown: a failed save, a replace)."""
 
     def _mine(self, session: str) -> None:
         if session != self._session:
@@ -85,7 +89,10 @@ class FencedStore:
         if self._claimed is not None:
             claimed, self._claimed = self._claimed, None
             return list(claimed)
-        return await self._store.messages(session)
+        self.stored = None
+        read = await self._store.messages(session)
+        self.stored = list(read)
+        return read
 
     async def save_last(self, session: str, messages: Sequence[Message], *, at: int) -> None:
         """The save of a turn that reached ``max_steps``: fenced, takes nothing, no step."""
@@ -106,6 +113,7 @@ class FencedStore:
         lease = self._cell.lease
         if self._cell.fenced:  # lost or abandoned: refused here, without a store call
             raise Fenced(lease.session, lease.epoch, None)
+        stored, self.stored = self.stored, None  # unknown until the save answers
         try:
             if final:  # said only when set: a store that predates the keyword serves the rest
                 taken = await self._service.step(lease, messages, at=at, take=0, final=True)
@@ -117,6 +125,8 @@ class FencedStore:
         except StoreUnavailable:
             self._cell.store_failed = True
             raise
+        if stored is not None and at == len(stored):
+            self.stored = [*stored, *messages, *taken]
         self._cell.steps += counts_as_step(messages, take, final=final)
         self._cell.taken += len(taken)
         if self._written is not None:
@@ -198,4 +208,5 @@ class FencedStore:
             lease = self._cell.lease
             raise Fenced(lease.session, lease.epoch, None)
         self._claimed = None
+        self.stored = None  # and the store gave the transcript a new mark
         await repairable(self._store).replace(session, at=at, old=old, messages=messages)

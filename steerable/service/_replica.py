@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +29,7 @@ from steerable.events import Event, EventSink
 from steerable.messages import Message
 from steerable.service._failure import failure, reported
 from steerable.service._fenced import FencedStore, LeaseCell
+from steerable.service._held import Held
 from steerable.service._observe import LogObserver, Observer, Observers, TurnReport
 from steerable.service.agent import Agent, Turn
 from steerable.service_store import Claim, Notifying, Outcome, ServiceStore
@@ -52,13 +55,14 @@ class Counters:
     fenced: int = 0
     recorded_on_takeover: int = 0
     store_errors: int = 0
+    read_since: int = 0  # claims that read only the messages stored since this replica's last
     running: dict[str, str] = field(default_factory=dict)  # session -> turn
 
 
 class _Serving:
     """A turn this replica runs: its lease, the agent's current view of it, the stop."""
 
-    __slots__ = ("cell", "gone", "renew_now", "stop", "turn")
+    __slots__ = ("cell", "fenced", "gone", "renew_now", "stop", "turn")
 
     def __init__(self, cell: LeaseCell) -> None:
         self.cell = cell
@@ -66,6 +70,7 @@ class _Serving:
         self.gone = asyncio.Event()  # set once its task no longer runs it
         self.stop = False
         self.turn: Turn
+        self.fenced: FencedStore | None = None  # the turn's view of the store, once made
 
     def stop_turn(self) -> None:
         self.stop = True
@@ -83,6 +88,7 @@ class Settings:
     concurrency: int
     error_detail: bool = False  # record a failed turn's own error text (see _failure.py)
     stop_poll: float = 0.2  # how often a store without notifications is asked for stops
+    held: int = 100_000  # messages of served sessions kept so a claim reads only what is new
 
 
 class Replica:
@@ -111,6 +117,8 @@ class Replica:
         self._hinted: list[str] = []
         self._turns: dict[str, _Serving] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._held = Held(settings.held)
+        self._knows = settings.held > 0 and _takes_known(service)
 
     # -- looking for work -------------------------------------------------------------------
 
@@ -206,13 +214,17 @@ class Replica:
             target = self._hinted.pop(0) if self._hinted else None
             if target is not None and target in self._turns:
                 continue
+            known = {"known": self._held.known(target)} if self._knows else {}
             try:
                 claim = await self.service.claim(
                     settings.replica,
                     seconds=settings.lease,
                     cap=self.agent.steers_per_turn,
                     session=target,
+                    **known,
                 )
+                if claim is not None:
+                    claim = await self._whole(claim)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a store error, or a bug: never stop claiming for it
@@ -225,6 +237,15 @@ class Replica:
                 self._start(claim)
             elif target is None:
                 await self._wait(settings.poll)
+
+    async def _whole(self, claim: Claim) -> Claim:
+        """The claim with the session's whole transcript, from what this replica held."""
+        self.counters.read_since += claim.known > 0
+        whole = self._held.whole(claim)
+        if whole is None:  # it left out messages not held here: read them
+            messages = await self.store.messages(claim.lease.session)
+            whole = dataclasses.replace(claim, messages=messages, known=0)
+        return whole
 
     def _written(self, session: str) -> None:
         """Tell the ``wake`` callback (it logs its own failures) of a write to ``session``."""
@@ -297,6 +318,9 @@ class Replica:
                 del self._turns[session]
                 del self.counters.running[session]
             serving.gone.set()
+            stored = None if serving.fenced is None else serving.fenced.stored
+            if stored is not None:  # a prefix of the stored transcript, under the claim's mark
+                self._held.keep(session, claim.mark, stored)
         if serving.cell.fenced:
             self.counters.fenced += 1
             self.observers.call("fenced", session)
@@ -382,6 +406,7 @@ class Replica:
             observers=self.observers,
             turn=claim.turn,
         )
+        serving.fenced = fenced
         live = self.live
         session, turn_id = claim.lease.session, claim.turn
         sink = None if live is None else _watching(live, session, turn_id)
@@ -538,3 +563,12 @@ async def waited(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await event.wait()
+
+
+def _takes_known(service: ServiceStore) -> bool:
+    """Whether ``service.claim`` takes ``known`` (a store written before it does not)."""
+    try:
+        parameters = inspect.signature(service.claim).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "known" or p.kind is p.VAR_KEYWORD for p in parameters)

@@ -151,7 +151,10 @@ class Service:
     process that adds durable events to it (a live feed's ``wake``: event streams then read
     them at once; :func:`~steerable.service.http.create_app` sets it to its feed's).
     When serving ends, the turns under way are abandoned and their leases released, so
-    another replica carries them on at once.
+    another replica carries them on at once. A replica keeps the transcripts of the
+    sessions it served, up to ``held_messages`` messages in all (0: none), so that its next
+    claim of one reads only the messages stored since (every turn of a long session would
+    otherwise read and decode the whole transcript again).
     """
 
     def __init__(
@@ -170,6 +173,7 @@ class Service:
         stop_poll: float = 0.2,
         wake: Callable[[str], object] | None = None,
         observers: Sequence[Observer] = (),
+        held_messages: int = 100_000,
     ) -> None:
         if not isinstance(store, ServiceStore) or not isinstance(store, Store):
             raise UsageError(
@@ -195,6 +199,8 @@ class Service:
         if max_waiting is not None and (type(max_waiting) is not int or max_waiting < 1):
             raise UsageError(f"`max_waiting` is an int >= 1 or None, not {max_waiting!r}")
         self.max_waiting = max_waiting
+        if type(held_messages) is not int or held_messages < 0:
+            raise UsageError(f"`held_messages` is an int >= 0, not {held_messages!r}")
         if wake is not None and not callable(wake):
             raise UsageError(f"`wake` is a callable of a session id, not {wake!r}")
         self.wake = wake
@@ -214,6 +220,7 @@ class Service:
             concurrency,
             error_detail,
             _seconds(stop_poll, "stop_poll"),
+            held_messages,
         )
         self._live = live
         self.replica: Replica | None = None
