@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -132,11 +132,19 @@ class Counting:
         await self.inner.set_metadata(session, metadata)
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
         """Counted ``ServiceStore.claim``: ``claim``, or ``claim (none)`` when empty."""
         try:
-            claim = await self.inner.claim(holder, seconds=seconds, cap=cap, session=session)
+            claim = await self.inner.claim(
+                holder, seconds=seconds, cap=cap, session=session, known=known
+            )
         except BaseException:
             self.calls["claim (failed)"] += 1
             raise

@@ -104,6 +104,7 @@ class Replica:
         *,
         wake: Callable[[str], object] | None = None,
         observers: Sequence[Observer] = (),
+        held: Held | None = None,
     ) -> None:
         self.store = store
         self.observers = Observers([LogObserver(), *observers])
@@ -117,7 +118,7 @@ class Replica:
         self._hinted: list[str] = []
         self._turns: dict[str, _Serving] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._held = Held(settings.held)
+        self._held = Held(settings.held) if held is None else held
         self._knows = settings.held > 0 and _takes_known(service)
 
     # -- looking for work -------------------------------------------------------------------

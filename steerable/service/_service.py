@@ -24,6 +24,7 @@ from steerable import telemetry
 from steerable.errors import UsageError
 from steerable.messages import new_id
 from steerable.service._observe import Observer
+from steerable.service._held import Held
 from steerable.service._replica import LiveSink, Replica, Settings
 from steerable.service.agent import Agent
 from steerable.service_store import (
@@ -223,6 +224,7 @@ class Service:
             held_messages,
         )
         self._live = live
+        self._held = Held(held_messages)  # kept from one serving() to the next
         self.replica: Replica | None = None
 
     def __repr__(self) -> str:
@@ -452,6 +454,7 @@ class Service:
             self._live,
             wake=self._wrote,
             observers=self.observers,
+            held=self._held,
         )
         self.replica = replica
         task = asyncio.create_task(replica.run())

@@ -163,12 +163,20 @@ _TRACE = """
 ALTER TABLE steerable_inputs ADD COLUMN trace TEXT
 """
 
+# Version 6: a transcript's mark (issue 24), the token a claim returns and a claimer that
+# held the transcript checks: NULL until a claim gives it one, and again after any write that
+# cuts, changes or forks into the transcript (then the next claim gives it a new one).
+_MARK = """
+ALTER TABLE steerable_service ADD COLUMN mark TEXT
+"""
+
 STEPS: tuple[tuple[int, str], ...] = (
     (1, _TABLES),
     (2, _SERVICE_TABLES),
     (3, _QUEUE),
     (4, _JOURNAL),
     (5, _TRACE),
+    (6, _MARK),
 )
 """The file's schema steps in order: ``(version, statements)``."""
 

@@ -17,9 +17,10 @@ hints and the engine polls (``stopping`` is cheap for that: :class:`StopPoll`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 from steerable import codec
@@ -38,6 +39,7 @@ from steerable.service_store import (
     Input,
     InputState,
     InputView,
+    Known,
     Lease,
     Outcome,
     Renewal,
@@ -47,11 +49,13 @@ from steerable.service_store import (
     Status,
     TurnView,
     counts_as_step,
+    known_length,
     message_event,
 )
 from steerable.stores import _sqlite_views as views
 from steerable.stores._sqlite_rows import (
     INPUT,
+    LENGTH,
     QUEUED,
     Svc,
     TurnRow,
@@ -200,9 +204,29 @@ def _claimable(db: sqlite3.Connection, now: float) -> str | None:
     return None if row is None else cast(str, row[0])
 
 
+def mark_of(db: sqlite3.Connection, session: str) -> str:
+    """Inside a claim's write transaction: the transcript's mark, a new one if it has none
+    (never had one, or a write forgot it: :data:`steerable.stores.sqlite.FORGET_MARK`)."""
+    row = db.execute(
+        "UPDATE steerable_service SET mark = lower(hex(randomblob(16)))"
+        " WHERE session = ? AND mark IS NULL RETURNING mark",
+        (session,),
+    ).fetchone()
+    if row is None:
+        row = db.execute(
+            "SELECT mark FROM steerable_service WHERE session = ?", (session,)
+        ).fetchone()
+    return cast(str, row[0])
+
+
 def _claim(
-    db: sqlite3.Connection, holder: str, seconds: float, cap: int, session: str | None
-) -> Claim | None:
+    db: sqlite3.Connection,
+    holder: str,
+    seconds: float,
+    cap: int,
+    session: str | None,
+    known: Mapping[str, Known] | None,
+) -> tuple[Claim, list[tuple[int, str, str]]] | None:
     tx = Tx(db, write=True)
     name = session if session is not None else _claimable(db, tx.now)
     svc = tx.load(name) if name is not None else Svc()
@@ -213,16 +237,17 @@ def _claim(
     svc.epoch += 1
     previous = svc.holder if svc.running is not None else None
     svc.holder, svc.expires = holder, tx.now + seconds
+    (stored,) = db.execute(LENGTH, (tx.session,)).fetchone()
+    mark = mark_of(db, tx.session)
+    skip = known_length(known, tx.session, mark, stored)
     rows = db.execute(
-        "SELECT position, id, body FROM steerable_messages WHERE session = ? ORDER BY position",
-        (tx.session,),
+        "SELECT position, id, body FROM steerable_messages WHERE session = ? AND position >= ?"
+        " ORDER BY position",
+        (tx.session, skip),
     ).fetchall()
-    messages = [
-        codec.decode(i, b, where=f"session {tx.session!r}, position {p}") for p, i, b in rows
-    ]
     resumed = svc.running is not None
     if svc.running is None:
-        turn, prompt = _start(tx, len(messages), cap)
+        turn, prompt = _start(tx, stored, cap)
     else:
         turn = tx.turn(svc.running)
         row = db.execute(
@@ -237,19 +262,22 @@ def _claim(
     tx.emit("turn_started", turn.id, started)
     tx.commit()
     lease = Lease(tx.session, holder, svc.epoch, svc.expires)
-    return Claim(
+    claim = Claim(
         lease,
         turn.id,
         prompt,
         turn.start,
-        messages,
+        [],
         resumed,
         turn.steps,
         turn.steers_taken,
         turn.cap,
         turn.stop_requested,
         previous,
+        mark,
+        skip,
     )
+    return claim, rows
 
 
 def _start(tx: Tx, start: int, cap: int) -> tuple[TurnRow, Input]:
@@ -463,10 +491,24 @@ class SQLiteServiceTables:
         return await self._call(lambda db: self._stop_poll.read(db, holder))
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
-        """Claim one session with work and no live lease (``session`` only, if given)."""
-        return await self._call(lambda db: _claim(db, holder, seconds, cap, session))
+        """Claim one session with work and no live lease (``session`` only, if given),
+        leaving out the messages the claimer knows under the transcript's mark; the rows
+        read in the write transaction are decoded after it commits."""
+        claimed = await self._call(lambda db: _claim(db, holder, seconds, cap, session, known))
+        if claimed is None:
+            return None
+        claim, rows = claimed
+        where = f"session {claim.lease.session!r}, position"
+        messages = [codec.decode(i, b, where=f"{where} {p}") for p, i, b in rows]
+        return dataclasses.replace(claim, messages=messages)
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""

@@ -252,6 +252,12 @@ class SQLiteStore(SQLiteServiceTables):
         await self._call(lambda db: _replace(db, session, at, list(old), rows))
 
 
+FORGET_MARK = "UPDATE steerable_service SET mark = NULL WHERE session = ? AND mark IS NOT NULL"
+"""What every write that cuts, changes or forks into a transcript does to its session's row:
+the transcript's mark is forgotten, and the next claim gives it a new one (see
+:func:`steerable.stores._sqlite_service.mark_of`), so no claimer takes what it held for it."""
+
+
 def _refuse_if_busy(db: sqlite3.Connection, session: str, what: str) -> None:
     """Inside a write transaction: :class:`SessionBusy` if a service turn runs on ``session``."""
     row = db.execute(
@@ -279,6 +285,7 @@ def _truncate(db: sqlite3.Connection, session: str, at: int, length: int | None)
         " RETURNING position, id, body",
         (session, at),
     ).fetchall()
+    db.execute(FORGET_MARK, (session,))
     db.execute("COMMIT")
     rows.sort()
     return [codec.decode(i, b, where=f"session {session!r}, position {p}") for p, i, b in rows]
@@ -302,7 +309,7 @@ def _delete(db: sqlite3.Connection, session: str) -> bool:
     found += int(metadata)
     db.execute(
         "UPDATE steerable_service SET holder = NULL, expires = 0, inputs = 0, queued = 0,"
-        " metadata = NULL WHERE session = ?",
+        " metadata = NULL, mark = NULL WHERE session = ?",
         (session,),
     )
     db.execute("COMMIT")
@@ -334,6 +341,7 @@ def _replace(
         f" VALUES (?, ?, ?, ?, {CLOCK})",
         [(session, at + i, id, body) for i, (id, body) in enumerate(rows)],
     )
+    db.execute(FORGET_MARK, (session,))
     db.execute("COMMIT")
 
 
@@ -378,6 +386,7 @@ def _fork(db: sqlite3.Connection, session: str, new: str, through: str | None) -
         db.rollback()
         raise SessionExists(new)
     copied = db.execute(FORK_COPY, (new, session, last)).rowcount
+    db.execute(FORGET_MARK, (new,))
     db.execute("COMMIT")
     return copied
 

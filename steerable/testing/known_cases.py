@@ -112,9 +112,10 @@ async def a_claim_of_any_session_uses_what_the_claimer_knows_of_it(store: Both) 
     await store.enqueue(sid, Input("send", "two"))
     known = {sid: Known(1, first.mark), _sid(): Known(5, "elsewhere")}
     for _ in range(1000):  # other cases' sessions in a shared database may come first
-        claim = await store.claim("scanner", seconds=LONG, cap=16, known=known)
-        assert claim is not None, "the session with work was not found"
-        if claim.lease.session == sid:
+        found = await store.claim("scanner", seconds=LONG, cap=16, known=known)
+        assert found is not None, "the session with work was not found"
+        if found.lease.session == sid:
+            claim = found
             break
     assert (claim.known, _texts(claim.messages), claim.mark) == (1, ["re: one"], first.mark)
 

@@ -109,7 +109,7 @@ async def test_a_version_1_file_is_upgraded_on_open_and_keeps_its_data(tmp_path:
         await store.step(claim.lease, [claim.prompt.message(steered=False)], at=1, take=0)
         assert [m.id for m in await store.messages("s")] == ["m0", "p"]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert _tables(path) == [
         "steerable_events",
         "steerable_inputs",

@@ -68,7 +68,7 @@ async def test_a_version_3_file_is_upgraded_with_an_empty_journal(tmp_path: Path
         assert await store.begin_calls("s", ["k"]) == {}
         assert await store.end_call("s", "k", _result("k", "paid")) == _result("k", "paid")
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     before = _dump(path)
     async with SQLiteStore(path) as store:  # a file of this version is opened as it is
         assert await store.begin_calls("s", ["k"]) == {"k": _result("k", "paid")}

@@ -120,7 +120,7 @@ async def test_a_version_2_file_is_upgraded_with_its_rows_and_their_times(tmp_pa
         last = (await store.transcript("s", after=2, limit=10))[0]
         assert last.message.id == "q" and last.at is not None
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     before = _dump(path)
     async with SQLiteStore(path) as store:  # a file of this version is opened as it is
         assert (await store.status("s")).turn is not None
@@ -190,7 +190,7 @@ async def test_a_version_4_file_is_upgraded_and_its_inputs_have_no_trace(tmp_pat
             await store.end_turn(claim.lease, Outcome("completed"))
         assert claims == [("s", {}), ("u", {}), ("v", TRACE)]
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     before = _dump(path)
     async with SQLiteStore(path) as store:  # a file of this version is opened as it is
         assert (await store.input("s", "v")) is not None

@@ -73,7 +73,7 @@ async def test_a_database_at_version_1_keeps_its_data_through_the_service_tables
         old = PostgresStore(empty_schema)
         await old.save("s", [user("kept"), assistant("too")], at=0)
         await old.steer("s", Steer("still waiting", "w"))
-    assert await migrate(empty_schema) == [2, 3, 4, 5, 6]
+    assert await migrate(empty_schema) == [2, 3, 4, 5, 6, 7]
     store = PostgresStore(empty_schema)
     assert [m.text for m in await store.messages("s")] == ["kept", "too"]
     assert [(s.id, s.text) for s in await store.steers("s")] == [("w", "still waiting")]
@@ -206,7 +206,7 @@ async def test_a_database_at_version_2_lists_its_sessions_after_the_listing_step
     await _migrated_to(empty_schema, monkeypatch, 2)
     for name in ("b", "a", "\u00e9"):
         await _old_send(empty_schema, name, "go", "2020-01-01T00:00:00Z")
-    assert await migrate(empty_schema) == [3, 4, 5, 6]
+    assert await migrate(empty_schema) == [3, 4, 5, 6, 7]
     listed = await PostgresStore(empty_schema).sessions(prefix="", after=None, limit=10)
     assert [(s.session, s.state) for s in listed] == [
         ("a", "queued"),
@@ -232,7 +232,7 @@ async def test_a_database_at_version_3_keeps_its_rows_and_gains_their_times(
     await _old_turn(empty_schema, "s", "a", _T2, _T3)
     await _old_send(empty_schema, "s", "b", _T4)
     await _old_send(empty_schema, "s", "c", _T4)
-    assert await migrate(empty_schema) == [4, 5, 6]
+    assert await migrate(empty_schema) == [4, 5, 6, 7]
     store = PostgresStore(empty_schema)
     await store.check_schema()
     a = await store.input("s", "a")
@@ -270,7 +270,7 @@ async def test_a_database_at_version_4_is_refused_until_the_journal_step_then_ke
     lease = await _old_claim(empty_schema, "s", "t", "a")
     with pytest.raises(StoreUnavailable, match=r"version 4.*step 5 \(the tool journal"):
         await PostgresStore(empty_schema).check_schema()
-    assert await migrate(empty_schema) == [5, 6]
+    assert await migrate(empty_schema) == [5, 6, 7]
     store = PostgresStore(empty_schema)
     await store.check_schema()
     assert await store.begin_calls("s", ["k"]) == {}
