@@ -26,6 +26,7 @@ from steerable.service_store import (
     Input,
     InputState,
     InputView,
+    Known,
     Lease,
     Notifying,
     Outcome,

@@ -23,8 +23,8 @@ from typing import Any
 from steerable import telemetry
 from steerable.errors import UsageError
 from steerable.messages import new_id
-from steerable.service._observe import Observer
 from steerable.service._held import Held
+from steerable.service._observe import Observer
 from steerable.service._replica import LiveSink, Replica, Settings
 from steerable.service.agent import Agent
 from steerable.service_store import (
