@@ -1,8 +1,13 @@
 """A service turn's store time against the session's length (issue 24, "Speed").
 
-The claim reads and decodes the session's whole transcript (``Claim.messages``) on every
-turn, so a turn's store time grows with the session's length. This measures that curve, as
-the baseline a fix is measured against.
+A claim that knows nothing reads and decodes the session's whole transcript
+(``Claim.messages``), so a turn's store time grows with the session's length; a replica
+that served the session's last turn holds its transcript and claims with ``known``, and
+reads only what is new. This measures both curves in one run: each store and length has a
+session claimed knowing nothing (the store's name alone in the table) and one claimed as
+the replica that served it would (", held": after each turn it knows the whole transcript
+under the claim's mark; a session filled anew gets one untimed turn first, which reads it
+all, as the first turn a replica serves of a session does).
 
 Each store gets one session per length, filled (untimed, through the store's own ``save``)
 with N messages of about 1 KB each, in the pattern of real turns: a user prompt, an
@@ -11,7 +16,7 @@ answer. Then a turn's store calls are timed, made directly on the
 :class:`~steerable.service_store.ServiceStore` verbs in the order the service makes them:
 
 1. ``enqueue`` a send;
-2. ``claim`` it (the claim returns the transcript);
+2. ``claim`` it (the claim returns the transcript, or what is new in it);
 3. ``step`` saving the prompt (``take=16``, as a run's first step);
 4. ``step`` saving one tool step: the assistant's call and its result (``take=16``);
 5. ``step`` saving the answer (``take=0``, the run's last save);
@@ -66,7 +71,7 @@ from bench._servers import (
 )
 from bench._service_counting import Both
 from steerable.messages import Message, ToolCall, ToolResult, assistant, user
-from steerable.service_store import Input, Outcome
+from steerable.service_store import Input, Known, Outcome
 from steerable.stores.sqlite import SQLiteStore
 
 LENGTHS = (10, 1_000, 10_000)
@@ -127,15 +132,21 @@ class TurnInput:
 
 @dataclass
 class Point:
-    """One session of ``length`` messages at the start on one store, and its timed turns."""
+    """One session of ``length`` messages at the start on one store, and its timed turns.
+
+    ``holding``: its claims say what the replica holds of the transcript (``known``: the
+    whole transcript after its last turn, as a replica that served it has), so they read
+    only what is new; otherwise each claim reads the whole transcript."""
 
     store: str
     length: int
     session: str
+    holding: bool = False
+    known: Known | None = None
     messages: int = 0  # the session's length now
     seconds: dict[str, list[float]] = field(default_factory=lambda: {v: [] for v in VERBS})
     turn: list[float] = field(default_factory=list)
-    claimed: list[int] = field(default_factory=list)  # len(claim.messages) of each turn
+    claimed: list[int] = field(default_factory=list)  # messages each claim read
     sessions: int = 0  # how many sessions it filled
 
 
@@ -155,6 +166,7 @@ async def refill(store: Both, point: Point, messages: Sequence[Message]) -> None
     point.session = f"turn-length-{point.length}-{uuid.uuid4().hex[:8]}"
     await fill(store, point.session, messages)
     point.messages = len(messages)
+    point.known = None
     point.sessions += 1
 
 
@@ -167,12 +179,15 @@ async def one_turn(store: Both, point: Point, given: TurnInput, *, counted: bool
     t0 = clock()
     await store.enqueue(sid, given.send)
     t1 = clock()
-    claim = await store.claim("bench", seconds=LEASE, cap=TAKE, session=sid)
+    known = {sid: point.known} if point.known is not None else None
+    claim = await store.claim("bench", seconds=LEASE, cap=TAKE, session=sid, known=known)
     t2 = clock()
     times["enqueue"], times["claim"] = t1 - t0, t2 - t1
     if claim is None or claim.turn != given.send.id:
         raise AssertionError(f"{point.store}: the claim of {sid} did not start the send")
-    at = len(claim.messages)
+    if point.known is not None and claim.known != point.known.length:
+        raise AssertionError(f"{point.store}: the claim read {claim.known} messages it knew")
+    at = claim.known + len(claim.messages)
     if at != point.messages:
         raise AssertionError(f"{point.store}: claimed {at} messages, not {point.messages}")
     lease = claim.lease
@@ -190,11 +205,13 @@ async def one_turn(store: Both, point: Point, given: TurnInput, *, counted: bool
     times["step prompt"], times["step tool"] = t1 - t0, t2 - t1
     times["step answer"], times["end_turn"] = t3 - t2, t4 - t3
     point.messages = at + 4
+    if point.holding:
+        point.known = Known(point.messages, claim.mark)
     if counted:
         for verb in VERBS:
             point.seconds[verb].append(times[verb])
         point.turn.append(sum(times.values()))
-        point.claimed.append(at)
+        point.claimed.append(len(claim.messages))
 
 
 # -- the stores ---------------------------------------------------------------------------------
@@ -306,14 +323,18 @@ async def run(
             points: list[tuple[Opened, Point]] = []
             for target in opened:
                 for n in lengths:
-                    point = Point(target.name, n, "")
-                    await refill(target.store, point, transcripts[n])
-                    points.append((target, point))
+                    for holding in (False, True):
+                        point = Point(target.name, n, "", holding)
+                        await refill(target.store, point, transcripts[n])
+                        points.append((target, point))
                 _progress(started, f"{target.name}: sessions filled")
             for index in range(args.warm + args.rounds):
                 for target, point in points:
                     if point.messages > longest(point.length):
                         await refill(target.store, point, transcripts[point.length])
+                    if point.holding and point.known is None:  # as the replica that served it
+                        given = TurnInput.make(payloads)
+                        await one_turn(target.store, point, given, counted=False)
                 os.sync()  # no point pays for the writes of the one before
                 for target, point in _order(points, index):
                     given = turns[index][lengths.index(point.length)]
@@ -338,7 +359,8 @@ def figures(points: list[Point]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per store and length: the medians (µs), the ratios to the shortest session, n."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
     for point in points:
-        found.setdefault(point.store, {})[str(point.length)] = {
+        name = f"{point.store}, held" if point.holding else point.store
+        found.setdefault(name, {})[str(point.length)] = {
             "claim_us": median(point.seconds["claim"]) * 1e6,
             "turn_us": median(point.turn) * 1e6,
             "verbs_us": {v: median(point.seconds[v]) * 1e6 for v in VERBS},
