@@ -1,9 +1,12 @@
 """A replica: claims sessions with work, runs their turns, renews their leases, ends them.
 
 One loop claims: first the sessions a hint named (a send to an idle session, a turn that
-ended with an input waiting), then any session with work, and when there is none it waits
-for a hint or the poll interval, whichever comes first. Each claimed turn runs in a task
-of its own with a renewal task beside it. The renewal also carries the stop: it answers
+ended with an input waiting), then any session with work, again at once while it finds
+some; when it finds none, or has claimed the sessions hints named, it waits for a hint or
+the poll interval, whichever comes first (a claim that finds nothing is a store call
+spent: a turn's end wakes the loop only if it was waiting for room, and a hint that came
+before this replica's last claim of its session is passed over). Each claimed turn runs in
+a task of its own with a renewal task beside it. The renewal also carries the stop: it answers
 whether a stop was asked, and a ``stop`` hint makes it renew at once. A renewal refused
 as :class:`~steerable.errors.Fenced` means another replica holds the session now: the
 turn is stopped and nothing more is recorded from here (its writes would be refused
@@ -18,6 +21,7 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +44,9 @@ log = logging.getLogger("steerable.service")
 
 _RELEASE = 2.0
 """How long a release of a lease at shutdown may take before the lease is left to expire."""
+
+_TRIED = 10_000
+"""How many sessions' last claim times a replica keeps to skip hints it answered already."""
 
 LiveSink = Callable[[str, str, Event], object]
 """Where a replica sends the live events of the turns it runs: ``(session, turn, event)``."""
@@ -115,7 +122,8 @@ class Replica:
         self.woke = wake  # told of each session this replica wrote events to
         self.counters = Counters()
         self._wake = asyncio.Event()
-        self._hinted: list[str] = []
+        self._hinted: list[tuple[str, float]] = []  # (session, when the hint came)
+        self._tried: dict[str, float] = {}  # session: when this replica last claimed it
         self._turns: dict[str, _Serving] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = Held(settings.held) if held is None else held
@@ -175,7 +183,7 @@ class Replica:
                 async with service.hints() as hints:
                     async for hint in hints:
                         if hint.kind == "work":
-                            self._hinted.append(hint.session)
+                            self._hinted.append((hint.session, time.monotonic()))
                             self._wake.set()
                         elif hint.session in self._turns:
                             self._turns[hint.session].renew_now.set()  # learn the stop now
@@ -212,10 +220,14 @@ class Replica:
             if len(self._tasks) >= settings.concurrency:
                 await self._wait(settings.poll)
                 continue
-            target = self._hinted.pop(0) if self._hinted else None
+            target = self._target()
             if target is not None and target in self._turns:
+                if not self._hinted:
+                    await self._wait(settings.poll)
                 continue
             known = {"known": self._held.known(target)} if self._knows else {}
+            if target is not None:
+                self._tried[target] = time.monotonic()
             try:
                 claim = await self.service.claim(
                     settings.replica,
@@ -234,10 +246,25 @@ class Replica:
                 await asyncio.sleep(settings.poll)
                 continue
             if claim is not None:
+                self._tried[claim.lease.session] = time.monotonic()
                 self._written(claim.lease.session)
                 self._start(claim)
-            elif target is None:
+                if target is None:
+                    continue  # there may be more work waiting: claim again at once
+            if not self._hinted:  # nothing found, or a hinted session claimed: wait for more
                 await self._wait(settings.poll)
+
+    def _target(self) -> str | None:
+        """The next session a hint named, skipping hints this replica's own claim of the
+        session answered already (one that began after the hint came read what it told of);
+        None when no hint waits."""
+        while self._hinted:
+            session, came = self._hinted.pop(0)
+            if self._tried.get(session, -math.inf) < came:
+                return session
+        if len(self._tried) > _TRIED:
+            self._tried.clear()  # only an optimisation: forgetting costs a claim at most
+        return None
 
     async def _whole(self, claim: Claim) -> Claim:
         """The claim with the session's whole transcript, from what this replica held."""
@@ -274,8 +301,10 @@ class Replica:
         task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
+        full = len(self._tasks) >= self.settings.concurrency
         self._tasks.discard(task)
-        self._wake.set()  # room for another claim
+        if full:
+            self._wake.set()  # room for another claim: the claims waited for it
         if not task.cancelled() and task.exception() is not None:
             log.error("a turn's task failed", exc_info=task.exception())
 
@@ -476,7 +505,7 @@ class Replica:
             self.observers.call("turn_ended", report)
             self._written(cell.lease.session)
             if following is not None:
-                self._hinted.append(cell.lease.session)
+                self._hinted.append((cell.lease.session, time.monotonic()))
                 self._wake.set()
             return
 
