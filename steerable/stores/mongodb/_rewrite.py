@@ -4,15 +4,15 @@ Each is one multi-document transaction (so, like the service, they need a replic
 node will do). It first writes the session's service document (``rw``, a count of cuts,
 deletes and forks, goes up by one, and ``mk``, the transcript's mark, is new: no claimer
 takes what it held of the transcript for it after the commit): that is the lock every
-service write takes, so a
-concurrent claim, step or enqueue conflicts with it and one of the two runs again on a fresh
-snapshot (:meth:`ServiceTransactions._transaction`). In that snapshot a running turn
-(``run``) refuses the verb with :class:`~steerable.errors.SessionBusy` and nothing is
-written. A session that has no service document gets one first (outside, as an enqueue does:
-a claim could otherwise start a turn that the cut never saw), which the transaction removes
-again if the service never used it (no claim, no event, no metadata): a cut of a session the
-service never saw leaves no document of it. A session with no head and no service document
-has nothing to cut or forget, and is answered without a write.
+service write takes, so a concurrent claim, step or enqueue conflicts with it and one of
+the two runs again on a fresh snapshot (:meth:`ServiceTransactions._transaction`). In that
+snapshot a running turn (``run``) refuses the verb with
+:class:`~steerable.errors.SessionBusy` and nothing is written. A session that has no
+service document gets one first (outside, as an enqueue does: a claim could otherwise start
+a turn that the cut never saw), which the transaction removes again if the service never
+used it (no claim, no event, no metadata): a cut of a session the service never saw leaves
+no document of it (the next one made has a mark of its own). A session with no head and no
+service document has nothing to cut or forget, and is answered without a write.
 
 A cut writes the head (a save, which writes it too, then conflicts with it, or waits for it
 and finds a length it did not expect), and:

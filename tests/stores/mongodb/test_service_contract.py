@@ -12,7 +12,7 @@ import asyncio
 import functools
 import gc
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +21,7 @@ from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
 from steerable.errors import CorruptRecord, Fenced, InvalidMessage, StoreUnavailable
-from steerable.messages import assistant, user
+from steerable.messages import Message, assistant, user
 from steerable.service_store import Hint, Input, Known, Notifying, Outcome, ServiceStore
 from steerable.stores.mongodb import MIGRATIONS, SCHEMA_VERSION, MongoStore, migrate
 from steerable.stores.mongodb._migrate import SCHEMA
@@ -171,6 +171,48 @@ async def test_a_claim_reads_only_the_chunks_after_what_the_claimer_knows(
         claim = await store.claim("r", seconds=60, cap=16, session=sid, known=known)
         assert claim is not None and claim.messages == stored[length:]
         await store.end_turn(claim.lease, Outcome("completed"))
+
+
+class _Racing(MongoStore):
+    """A store that runs ``race`` once, right after a claim's read of the messages."""
+
+    race: Callable[[], Awaitable[object]] | None = None
+    raced = 0
+
+    async def _messages_from(
+        self, session: str, head: dict[str, Any] | None, first: int
+    ) -> list[Message]:
+        found = await super()._messages_from(session, head, first)
+        if self.race is not None:
+            race, self.race = self.race, None
+            await race()
+            self.raced += 1
+        return found
+
+
+async def test_a_replace_between_a_claim_and_its_read_makes_it_read_the_whole(
+    db: AsyncDatabase[Any],
+) -> None:
+    """The claim reads the messages after its transaction; a ``replace`` (not refused while
+    the turn runs) that lands then changes what the claimer holds: the claim reads the whole
+    transcript again, under no mark, rather than hand over the rest of another one."""
+    store = _Racing(db)
+    sid = "raced"
+    await store.enqueue(sid, Input("send", "one"))
+    first = await store.claim("r", seconds=60, cap=16, session=sid)
+    assert first is not None
+    await store.step(first.lease, [first.prompt.message(steered=False)], at=0, take=16)
+    await store.step(first.lease, [assistant("re: one")], at=1, take=0)
+    await store.end_turn(first.lease, Outcome("completed"))
+    stored = await store.messages(sid)
+    changed = assistant("changed", id=stored[1].id)
+    store.race = functools.partial(store.replace, sid, at=1, old=[stored[1].id], messages=[changed])
+    await store.enqueue(sid, Input("send", "two"))
+    known = {sid: Known(2, first.mark)}
+    claim = await store.claim("r", seconds=60, cap=16, session=sid, known=known)
+    assert store.raced == 1, "the replace did not run"
+    assert claim is not None and (claim.known, claim.mark) == (0, "")
+    assert [m.text for m in claim.messages] == ["one", "changed"]
 
 
 @pytest.fixture
