@@ -11,9 +11,11 @@ Collections made by migration step 3, fields added by step 4:
   ``ev`` (events), ``tn`` (turns claimed), ``q`` (inputs waiting to be turns), ``wt``
   (inputs waiting, offered or not), ``w`` (work: a running turn or ``q`` > 0), ``now`` (the
   server's clock at the last write that appended an event), ``rw`` (cuts, deletes and forks
-  into it: :mod:`._rewrite`, :mod:`._fork`), ``md`` the session's metadata (JSON text;
-  absent: none). The index ``(w, x)`` lets a claim that names no session look at sessions
-  with work and no live lease; ``(h, sr)`` is the stop poll's.
+  into it: :mod:`._rewrite`, :mod:`._fork`), ``mk`` the transcript's mark (a random id,
+  its own from the document's making, new at every cut, delete, replace and fork into it,
+  kept by appends; given to the documents of before by step 6), ``md`` the session's
+  metadata (JSON text; absent: none). The index ``(w, x)`` lets a claim that names no
+  session look at sessions with work and no live lease; ``(h, sr)`` is the stop poll's.
 - ``steerable_inputs``, ``_id {s, i}`` (so one id is one input, however many replicas race
   to write it): ``n`` seq, ``kd`` kind, ``tx`` the text as JSON text (NUL and any unicode
   round-trip), ``of``/``ah`` the first answer, ``st`` state, ``t`` turn, ``sp`` step, ``at``
@@ -43,6 +45,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from steerable.messages import new_id
 from steerable.service_store import Input, InputView, TurnView
 
 Doc = dict[str, Any]
@@ -64,7 +67,13 @@ NEW_SESSION: Final[Doc] = {
     "w": False,
     "now": 0,
 }
-"""A session's service document before its first write."""
+"""A session's service document before its first write, but its mark
+(:func:`new_session`)."""
+
+
+def new_session() -> Doc:
+    """A new service document's fields: :data:`NEW_SESSION` and a mark of its own."""
+    return NEW_SESSION | {"mk": new_id()}
 
 
 def key(session: str, name: str) -> Doc:

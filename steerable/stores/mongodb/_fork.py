@@ -2,12 +2,12 @@
 
 A fork is one multi-document transaction (a replica set, like the cut and the service), with
 the same lock as a cut's (:meth:`MongoRewritable._holding`): it first writes the new
-session's service document (``rw`` up by one, a document made first if it has none and
-removed again if the service never used it), so a fork conflicts with a racing fork into the
-same id (from any store object or process: one commits, the other runs again and finds the
-head it wrote), and with an enqueue or a claim of that session. It then writes the new head:
-an insert, which collides with a first save or steer made meanwhile (the core's first-write
-lock) and is run again. In that snapshot:
+session's service document (``rw`` up by one and a new ``mk``, the transcript's mark, a
+document made first if it has none and removed again if the service never used it), so a
+fork conflicts with a racing fork into the same id (from any store object or process: one
+commits, the other runs again and finds the head it wrote), and with an enqueue or a claim
+of that session. It then writes the new head: an insert, which collides with a first save
+or steer made meanwhile (the core's first-write lock) and is run again. In that snapshot:
 
 - the old session's head, and its chunks below the end of the copy, are read (the
   message ``through`` found in the head's tail, or by the unique index ``(s, k)`` on the id

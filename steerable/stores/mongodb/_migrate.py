@@ -19,6 +19,7 @@ from typing import Any, Final, TypeAlias
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
+from steerable.messages import new_id
 from steerable.stores.migrations import Migration, pending, refusal, validated
 from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
@@ -150,6 +151,20 @@ async def _journal_collection(db: AsyncDatabase[Any]) -> None:
     await _create_missing(db, (layout.JOURNAL,))
 
 
+async def _marks(db: AsyncDatabase[Any]) -> None:
+    """Give every session's service document ``mk``, a transcript mark of its own.
+
+    Only documents that lack it, each on a filter that it still does: a mark is never
+    written over (a claimer may hold what it read under the first migrator's). Documents
+    made from here on get theirs when they are made.
+    """
+    service = db[layout.SERVICE]
+    async for doc in service.find({"mk": {"$exists": False}}, {"_id": 1}):
+        await service.update_one(
+            {"_id": doc["_id"], "mk": {"$exists": False}}, {"$set": {"mk": new_id()}}
+        )
+
+
 MIGRATIONS: Final[tuple[Migration[Step], ...]] = validated(
     [
         Migration(1, "the sessions, chunks and blobs collections", (_collections,)),
@@ -172,6 +187,11 @@ MIGRATIONS: Final[tuple[Migration[Step], ...]] = validated(
             5,
             "the tool journal: one entry per (session, call key), begun or ended",
             (_journal_collection,),
+        ),
+        Migration(
+            6,
+            "a transcript's mark: new whenever a stored message is cut, changed or forked into",
+            (_marks,),
         ),
     ]
 )

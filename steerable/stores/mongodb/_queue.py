@@ -33,6 +33,7 @@ from steerable.stores.mongodb._documents import (
     input_view,
     key,
     new_input,
+    new_session,
 )
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._transactions import (
@@ -91,7 +92,7 @@ class MongoQueue(ServiceTransactions):
                 try:
                     return await self._transaction(body)
                 except Missing:
-                    new = {"$setOnInsert": NEW_SESSION}
+                    new = {"$setOnInsert": new_session()}
                     with suppress(DuplicateKeyError):  # made by a racing writer meanwhile
                         await self._service.update_one({"_id": session}, new, upsert=True)
                 except Raced:

@@ -2,8 +2,9 @@
 
 A swap of a transcript's tail is one multi-document transaction (a replica set, like the cut)
 under the cut's lock (:meth:`MongoRewritable._holding`: the session's service document
-written first), without the cut's busy check: the orphan repair writes it at a turn's
-start. It is a cut and a save, built from theirs, in that one transaction:
+written first, its transcript mark made new), without the cut's busy check: the orphan
+repair writes it at a turn's start. It is a cut and a save, built from theirs, in that one
+transaction:
 
 1. the head is read; unless it holds ``at + len(old)`` messages (``at`` not past the end)
    it is a :class:`~steerable.errors.TranscriptConflict` and nothing is written;

@@ -2,15 +2,17 @@
 
 Each is one multi-document transaction (so, like the service, they need a replica set; one
 node will do). It first writes the session's service document (``rw``, a count of cuts,
-deletes and forks, goes up by one): that is the lock every service write takes, so a
-concurrent claim, step or enqueue conflicts with it and one of the two runs again on a fresh
-snapshot (:meth:`ServiceTransactions._transaction`). In that snapshot a running turn
-(``run``) refuses the verb with :class:`~steerable.errors.SessionBusy` and nothing is
-written. A session that has no service document gets one first (outside, as an enqueue does:
-a claim could otherwise start a turn that the cut never saw), which the transaction removes
-again if the service never used it (no claim, no event, no metadata): a cut of a session the
-service never saw leaves no document of it. A session with no head and no service document
-has nothing to cut or forget, and is answered without a write.
+deletes and forks, goes up by one, and ``mk``, the transcript's mark, is new: no claimer
+takes what it held of the transcript for it after the commit): that is the lock every
+service write takes, so a concurrent claim, step or enqueue conflicts with it and one of
+the two runs again on a fresh snapshot (:meth:`ServiceTransactions._transaction`). In that
+snapshot a running turn (``run``) refuses the verb with
+:class:`~steerable.errors.SessionBusy` and nothing is written. A session that has no
+service document gets one first (outside, as an enqueue does: a claim could otherwise start
+a turn that the cut never saw), which the transaction removes again if the service never
+used it (no claim, no event, no metadata): a cut of a session the service never saw leaves
+no document of it (the next one made has a mark of its own). A session with no head and no
+service document has nothing to cut or forget, and is answered without a write.
 
 A cut writes the head (a save, which writes it too, then conflicts with it, or waits for it
 and finds a length it did not expect), and:
@@ -59,9 +61,9 @@ from pymongo.errors import DuplicateKeyError
 
 from steerable import codec
 from steerable.errors import CorruptRecord, SessionBusy, StoreError, TranscriptConflict
-from steerable.messages import Message
+from steerable.messages import Message, new_id
 from steerable.stores.mongodb import _layout as layout
-from steerable.stores.mongodb._documents import NEW_SESSION, Doc
+from steerable.stores.mongodb._documents import Doc, new_session
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._journal import MongoJournaling
 from steerable.stores.mongodb._layout import Entry
@@ -170,7 +172,7 @@ class MongoRewritable(MongoJournaling, MongoServiceTables):
         async def locked(s: AsyncClientSession) -> _T:
             service: Doc | None = await self._service.find_one_and_update(
                 {"_id": session},
-                {"$inc": {"rw": 1}},
+                {"$inc": {"rw": 1}, "$set": {"mk": new_id()}},
                 projection={"run": 1, "ep": 1, "ev": 1, "seq": 1, "md": 1},
                 return_document=ReturnDocument.AFTER,
                 session=s,
@@ -187,7 +189,7 @@ class MongoRewritable(MongoJournaling, MongoServiceTables):
                 return await self._transaction(locked)
             except Missing:
                 with suppress(DuplicateKeyError):  # made by a racing writer meanwhile
-                    new = {"$setOnInsert": NEW_SESSION}
+                    new = {"$setOnInsert": new_session()}
                     await self._service.update_one({"_id": session}, new, upsert=True)
         raise StoreError(f"session {session!r}: its service document kept vanishing")
 

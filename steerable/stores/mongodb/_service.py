@@ -19,7 +19,10 @@ chunk by the core's crash-safe flush. ``renew`` alone touches one document and i
 A claim of a new turn counts the steers already offered to its prompt (offered while it
 was the head of the queue) as offered to the turn, so later offers respect its cap; its
 first step takes them. ``end_turn`` frees the steers offered and never taken, and lists
-them in its ``turn_ended`` event.
+them in its ``turn_ended`` event. A claim's transaction locks the service document, whose
+``mk`` is the transcript's mark; after the commit the claim reads the head and only the
+chunks and blobs of the messages the claimer does not hold under that mark (see
+:meth:`MongoServiceTables._unknown` for a ``replace`` in between).
 
 The clock
 ---------
@@ -46,7 +49,7 @@ stream (a cursor the driver reads on its pool) until it is left.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -64,10 +67,12 @@ from steerable.service_store import (
     Claim,
     Hint,
     Input,
+    Known,
     Lease,
     Outcome,
     Renewal,
     counts_as_step,
+    known_length,
     message_event,
 )
 from steerable.stores.mongodb import _layout as layout
@@ -120,6 +125,10 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         async def _write_blobs(self, staged: Staged) -> None: ...
         async def _drop_blobs(self, staged: Staged) -> None: ...
         async def messages(self, session: str) -> list[Message]: ...
+        async def _head_of(self, session: str) -> Doc | None: ...
+        async def _messages_from(
+            self, session: str, head: Doc | None, first: int
+        ) -> list[Message]: ...
 
     # -- hints -----------------------------------------------------------------------------
 
@@ -149,34 +158,82 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
     # -- claims and leases -----------------------------------------------------------------
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
-        """Claim one session with work and no live lease (``session`` only, if given)."""
+        """Claim one session with work and no live lease (``session`` only, if given),
+        leaving out the messages the claimer knows under the transcript's mark."""
         with reaching("claim a session"):
             if session is not None:
-                return await self._claim(session, holder, seconds, cap)
+                return await self._claim(session, holder, seconds, cap, known)
             hello = await self.db.client.admin.command("hello")
             now = int(hello["localTime"].replace(tzinfo=UTC).timestamp() * 1000)
             candidates = self._service.find({"w": True, "x": {"$lte": now}}, {"_id": 1})
             for doc in await candidates.sort("x", 1).limit(_SCAN).to_list(None):
-                claim = await self._claim(doc["_id"], holder, seconds, cap)
+                claim = await self._claim(doc["_id"], holder, seconds, cap, known)
                 if claim is not None:
                     return claim
             return None
 
-    async def _claim(self, session: str, holder: str, seconds: float, cap: int) -> Claim | None:
+    async def _claim(
+        self,
+        session: str,
+        holder: str,
+        seconds: float,
+        cap: int,
+        known: Mapping[str, Known] | None,
+    ) -> Claim | None:
         found = await self._transaction(lambda s: self._claim_in(s, session, holder, seconds, cap))
         if found is None:
             return None
-        lease, turn, prompt, start, resumed, steps, taken, cap, stop, previous = found
-        messages = await self.messages(session)
+        lease, turn, prompt, start, resumed, steps, taken, cap, stop, previous, mark = found
+        skip, messages, mark = await self._unknown(session, mark, known)
         return Claim(
-            lease, turn, prompt, start, messages, resumed, steps, taken, cap, stop, previous
+            lease,
+            turn,
+            prompt,
+            start,
+            messages,
+            resumed,
+            steps,
+            taken,
+            cap,
+            stop,
+            previous,
+            mark,
+            skip,
         )
+
+    async def _unknown(
+        self, session: str, mark: str, known: Mapping[str, Known] | None
+    ) -> tuple[int, list[Message], str]:
+        """The messages a claimer does not hold, how many it holds, and the mark they are
+        read under (``mark``, the one the claim's transaction locked).
+
+        Read after the claim commits, as the whole transcript is: the head, then only the
+        chunks and blobs at or after what the claimer holds. While the claimed turn runs a
+        cut, a delete and a fork into the session are refused, but a ``replace`` is not: so
+        when the claimer holds a prefix, the mark is read again after the messages, and if
+        it changed, what the claimer holds need not be the start of what was read: the
+        whole transcript is read instead, under no mark (""), which no claimer holds.
+        """
+        head = await self._head_of(session)
+        skip = known_length(known, session, mark, int(head["n"]) if head else 0)
+        messages = await self._messages_from(session, head, skip)
+        if skip:
+            now: Doc | None = await self._service.find_one({"_id": session}, {"mk": 1})
+            if now is None or now.get("mk") != mark:
+                return 0, await self.messages(session), ""
+        return skip, messages, mark
 
     async def _claim_in(
         self, s: AsyncClientSession, session: str, holder: str, seconds: float, cap: int
-    ) -> tuple[Lease, str, Input, int, bool, int, int, int, bool, str | None] | None:
+    ) -> tuple[Lease, str, Input, int, bool, int, int, int, bool, str | None, str] | None:
         free = {"$expr": {"$lte": ["$x", NOW]}}
         # `ph` keeps the holder this claim takes over: in one stage "$h" is still the old one
         claimed = {"ep": {"$add": ["$ep", 1]}, "h": {"$literal": holder}, "ph": "$h"}
@@ -212,7 +269,20 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         steps, taken, stop = int(turn["steps"]), int(turn["tk"]), bool(turn["stop"])
         start, cap = int(turn["start"]), int(turn["cap"])
         previous = service.get("ph") if resumed else None
-        return lease, name, input_of(prompt), start, resumed, steps, taken, cap, stop, previous
+        mark = str(service.get("mk", ""))  # "": a document step 6 has not given one yet
+        return (
+            lease,
+            name,
+            input_of(prompt),
+            start,
+            resumed,
+            steps,
+            taken,
+            cap,
+            stop,
+            previous,
+            mark,
+        )
 
     async def _start(
         self, s: AsyncClientSession, session: str, service: Doc, cap: int

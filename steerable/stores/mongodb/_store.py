@@ -70,34 +70,56 @@ class MongoStore(MongoRepairable, MongoForkable):
 
     async def messages(self, session: str) -> list[Message]:
         with reaching(f"read session {session!r}"):
-            head = await self._heads.find_one({"_id": session}, {"n": 1, "base": 1, "tail": 1})
-            if head is None:
-                return []
-            entries = await self._flushed(session, int(head["base"])) + head["tail"]
-            bodies = await self._bodies(entries)
-        if len(entries) != head["n"]:
+            return await self._messages_from(session, await self._head_of(session), 0)
+
+    async def _head_of(self, session: str) -> dict[str, Any] | None:
+        """The fields of the session's head that place its messages (None: it has none)."""
+        head: dict[str, Any] | None = await self._heads.find_one(
+            {"_id": session}, {"n": 1, "base": 1, "tail": 1}
+        )
+        return head
+
+    async def _messages_from(
+        self, session: str, head: dict[str, Any] | None, first: int
+    ) -> list[Message]:
+        """The messages at positions ``first`` (at most ``n``) and after, where ``head`` says
+        they are: only those are read from the chunks and blobs, and decoded."""
+        if head is None:
+            return []
+        base = int(head["base"])
+        entries = await self._flushed(session, base, first) + head["tail"][max(first - base, 0) :]
+        bodies = await self._bodies(entries)
+        if first + len(entries) != head["n"]:
             raise CorruptRecord(
-                f"session {session!r} should hold {head['n']} messages; {len(entries)} were found"
+                f"session {session!r} should hold {head['n']} messages;"
+                f" {first + len(entries)} were found"
             )
         return [
             codec.decode(entry["i"], body, where=f"session {session!r}, position {pos}")
-            for pos, (entry, body) in enumerate(zip(entries, bodies, strict=True))
+            for pos, (entry, body) in enumerate(zip(entries, bodies, strict=True), start=first)
         ]
 
-    async def _flushed(self, session: str, base: int) -> list[Entry]:
-        """The entries at positions ``[0, base)``, from the session's chunks."""
-        if base == 0:
+    async def _flushed(self, session: str, base: int, first: int = 0) -> list[Entry]:
+        """The entries at positions ``[first, base)``, from the session's chunks (only those
+        that end after ``first``)."""
+        if first >= base:
             return []
-        chunks = await self._chunks.find(layout.chunk_range(session, base)).to_list(None)
+        query = layout.chunk_range(session, base)
+        if first:
+            query |= {"e": {"$gt": first}}
+        chunks = await self._chunks.find(query).to_list(None)
         chunks.sort(key=lambda c: c["_id"]["p"])
+        start = int(chunks[0]["_id"]["p"]) if chunks else first
         entries: list[Entry] = []
         for chunk in chunks:
-            if chunk["_id"]["p"] != len(entries):
+            if chunk["_id"]["p"] != start + len(entries):
                 break  # a hole: reported below
             entries += chunk["m"]
-        if len(entries) != base:
+        entries = entries[first - start :] if start <= first else []
+        if len(entries) != base - first:
             raise CorruptRecord(
-                f"session {session!r}: the chunks hold {len(entries)} of its first {base} messages"
+                f"session {session!r}: the chunks hold {len(entries)} of its messages at"
+                f" {first} to {base - 1}"
             )
         return entries
 

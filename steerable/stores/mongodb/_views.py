@@ -36,11 +36,11 @@ from steerable.service_store import (
 )
 from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._documents import (
-    NEW_SESSION,
     Doc,
     input_view,
     key,
     metadata_of,
+    new_session,
     turn_view,
 )
 from steerable.stores.mongodb._errors import reaching
@@ -231,7 +231,7 @@ class MongoServiceViews(ServiceTransactions):
 
         ``{}`` removes it. No event: the session's ``updated_at`` stays its last event's.
         """
-        change: Doc = {"$setOnInsert": NEW_SESSION}
+        change: Doc = {"$setOnInsert": new_session()}
         if metadata:
             change["$set"] = {"md": json.dumps(metadata)}
         else:

@@ -12,9 +12,10 @@
 The store runs no DDL: its schema is :data:`MIGRATIONS`, an ordered list of versioned steps
 (the core's three tables and save procedure, then the service's four tables and step
 procedure, then the metadata, times and usage columns and the keys of the bounded views
-and the stop poll, then the tool journal's table, then an input's trace column), which the
-application applies with :func:`migrate` where it runs its own migrations;
-:data:`SCHEMA_VERSION` is the version this steerable needs. :meth:`MySQLStore.check_schema` (the
+and the stop poll, then the tool journal's table, then an input's trace column, then the
+transcript's mark on the service row), which the application applies with :func:`migrate`
+where it runs its own migrations; :data:`SCHEMA_VERSION` is the version this steerable
+needs. :meth:`MySQLStore.check_schema` (the
 :class:`steerable.stores.migrations.SchemaVersioned` ability) refuses an older database
 naming the step to apply, and a newer one asking for a newer steerable; each store object
 runs that check once, before its first call (one statement in its lifetime), and refuses
@@ -25,8 +26,10 @@ step 1 on it again (idempotent) and records it.
 Every core verb is one round trip, a save-and-take included, whatever the pool's
 autocommit setting. The store is also a :class:`steerable.service_store.ServiceStore`:
 each service write is one transaction under the session's row lock, its step one round
-trip like the core's save; leases run on the server's clock. The
-:class:`steerable.store.Rewritable` verbs (``truncate``, ``delete``) are each one
+trip like the core's save; leases run on the server's clock. A claim reads and decodes
+only the messages the claimer does not hold under the transcript's mark (the service row's
+``mark``, which ``truncate``, ``delete``, ``replace`` and a fork into the session set anew).
+The :class:`steerable.store.Rewritable` verbs (``truncate``, ``delete``) are each one
 transaction under the session's service row lock and then the core's (the one every save
 takes), refused with :class:`steerable.errors.SessionBusy` while a turn runs. The
 :class:`steerable.store.Forkable` verb (``fork``) is one transaction under the new

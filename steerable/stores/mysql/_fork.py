@@ -6,8 +6,9 @@ a first write to it does, the service's row and then the core's:
 
 1. The new session's ``steerable_service`` row, made if missing and locked ``FOR UPDATE``:
    an enqueue, a metadata write, a cut or a delete of it waits, and so does a second fork
-   into it (its insert of that row waits for this one's). The row is removed again before
-   the commit, as a cut removes a row it made, when nothing else came to live in it.
+   into it (its insert of that row waits for this one's). The row gets a new ``mark``, as
+   under a cut. It is removed again before the commit, as a cut removes a row it made, when
+   nothing else came to live in it.
 2. Its ``steerable_sessions`` row, which every save and service step takes first: no
    save writes to it before the commit.
 
@@ -39,12 +40,15 @@ from __future__ import annotations
 
 from steerable.errors import MessageNotFound, SessionExists
 from steerable.stores.mysql._driver import check_id
+from steerable.stores.mysql._schema import NEW_MARK
 from steerable.stores.mysql._transaction import CORE_LOCK, Transactions, Tx, locked
 
 __all__ = ["MySQLForkable"]
 
+# made with a new mark (the column's default), or given one: the transcript it holds is cut,
+# changed or forked into
 _MAKE = (
-    "INSERT INTO steerable_service (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
+    f"INSERT INTO steerable_service (session) VALUES (%s) ON DUPLICATE KEY UPDATE mark = {NEW_MARK}"
 )
 
 _UNMADE = (

@@ -6,8 +6,10 @@ two locks in the order every writer does, the service's row and then the core's:
 
 1. The session's ``steerable_service`` row, made if missing and locked ``FOR UPDATE``:
    claims and every service write of the session queue behind it, so the check that no
-   turn is running holds until the commit. A row the verb made and left empty (no epoch, no
-   event, no metadata) is removed again before the commit.
+   turn is running holds until the commit. The row gets a new ``mark`` (a row made here has
+   one of its own), so no claimer takes what it held of the transcript for it after the
+   commit. A row the verb made and left empty (no epoch, no event, no metadata) is removed
+   again before the commit; the next row made for the session has a new mark.
 2. The core's ``steerable_sessions`` row, which every save (``steerable_save_v1``) and
    service step takes first: no save runs between the length check and the commit.
 
@@ -38,13 +40,15 @@ from steerable import codec
 from steerable.errors import SessionBusy, TranscriptConflict
 from steerable.messages import Message
 from steerable.stores.mysql._driver import MAX_AT, check_id, text_of
-from steerable.stores.mysql._schema import NOW
+from steerable.stores.mysql._schema import NEW_MARK, NOW
 from steerable.stores.mysql._transaction import CORE_LOCK, Transactions, Tx, length_of, locked
 
 __all__ = ["MySQLRepairable", "MySQLRewritable"]
 
+# made with a new mark (the column's default), or given one: the transcript it holds is cut,
+# changed or forked into
 _MAKE = (
-    "INSERT INTO steerable_service (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
+    f"INSERT INTO steerable_service (session) VALUES (%s) ON DUPLICATE KEY UPDATE mark = {NEW_MARK}"
 )
 
 _UNMADE = (

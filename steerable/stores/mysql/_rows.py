@@ -38,7 +38,7 @@ _MICRO = Decimal("0.000001")
 _MAX_SECONDS = 10**9  # a lease longer than ~31 years is as good as forever (DECIMAL(20, 6))
 
 SERVICE = (
-    "SELECT epoch, holder, running, queued, inputs, turns, events, expires, metadata, "
+    "SELECT epoch, holder, running, queued, inputs, turns, events, expires, metadata, mark, "
     + NOW
     + " FROM steerable_service WHERE session = %s "
 )
@@ -93,6 +93,8 @@ class ServiceRow:
     events: int
     expires: Decimal | None
     metadata: dict[str, Any]
+    mark: str
+    """The transcript's mark ("" for a row that has none: no claimer holds that)."""
     now: Decimal
 
     @property
@@ -107,7 +109,7 @@ class ServiceRow:
 
 def service_row(row: tuple[Any, ...]) -> ServiceRow:
     """A row of :data:`SERVICE`."""
-    epoch, holder, running, queued, inputs, turns, events, expires, metadata, now = row
+    epoch, holder, running, queued, inputs, turns, events, expires, metadata, mark, now = row
     return ServiceRow(
         int(epoch),
         None if holder is None else text_of(holder),
@@ -118,6 +120,7 @@ def service_row(row: tuple[Any, ...]) -> ServiceRow:
         int(events),
         expires,
         json_object(metadata),
+        "" if mark is None else text_of(mark),
         now,
     )
 

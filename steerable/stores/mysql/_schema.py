@@ -25,7 +25,9 @@ Step 3 adds no procedure: the messages' new ``at`` column has a default, which t
 of both procedures take, so the save and the step stay one CALL each. Step 4 adds one
 table, the tool journal's, written by plain transactions of the store (see ``._journal``).
 Step 5 adds an input's ``trace`` column the way step 3 adds its columns (a procedure of its
-own, dropped at its end), so it needs the same rights.
+own, dropped at its end), so it needs the same rights. Step 6 adds the service row's
+``mark`` the same way, then gives it a default (a new UUID each row) and each row of before
+its own.
 
 MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
 ``JSON_TABLE``, window functions, ``SIGNAL``, ``SKIP LOCKED``, indexed generated columns
@@ -39,7 +41,16 @@ from typing import Final
 
 from steerable.stores.migrations import Migration, validated
 
-__all__ = ["CONFLICT", "FENCED", "MIGRATIONS", "NOW", "SAVE", "SCHEMA_VERSION", "STEP"]
+__all__ = [
+    "CONFLICT",
+    "FENCED",
+    "MIGRATIONS",
+    "NEW_MARK",
+    "NOW",
+    "SAVE",
+    "SCHEMA_VERSION",
+    "STEP",
+]
 
 SAVE = "steerable_save_v1"
 """The stored procedure that appends messages and takes steers (made by step 1)."""
@@ -57,6 +68,12 @@ the session's (``none`` without a row) follow, separated by a space."""
 NOW = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) * 0.000001"
 """The server's clock as UTC seconds since the Unix epoch, exact to the microsecond and the
 same whatever the connection's time_zone (``UNIX_TIMESTAMP(NOW(6))`` is not, around DST)."""
+
+NEW_MARK = "REPLACE(UUID(), '-', '')"
+"""A new transcript mark (see :class:`steerable.service_store.Claim`): the default of a
+session's service row (step 6), and what every write that cuts, changes or forks into a
+transcript sets. A UUID is evaluated row by row and never repeats, so a session deleted and
+begun again never finds its old mark."""
 
 # Ids are their UTF-8 bytes (up to 255 characters): they compare byte for byte, so "a" and
 # "A", "e\u0301" and "\u00e9", "a" and "a " are distinct ids. utf8mb4_bin would not do: it
@@ -472,6 +489,36 @@ END""",
     f"DROP PROCEDURE {_MIGRATE_5}",
 )
 
+# Step 6: a transcript's mark (issue 24) on the session's service row, which a claim returns
+# and a claimer passes back to be given only what it does not hold. Added NULL without a
+# default, through a procedure of the step's own as step 5's column is (instant on both
+# servers); then the default, so every row made from here on gets its own; then each row of
+# before gets its own (an UPDATE evaluates the UUID row by row). In that order, a row an
+# older steerable makes meanwhile has a mark by one or the other. A row left NULL (none
+# should be) is read as a mark of "", which no claimer holds: its claims return the whole
+# transcript.
+_MIGRATE_6 = "steerable_migrate_v6"
+_SERVICE_6 = _once(
+    "steerable_service",
+    "mark",
+    "ADD COLUMN mark CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NULL",
+)
+
+_STEP_6 = (
+    f"DROP PROCEDURE IF EXISTS {_MIGRATE_6}",
+    f"""CREATE PROCEDURE {_MIGRATE_6}()
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'steerable: schema step 6, made and dropped by the step itself'
+BEGIN
+    {_SERVICE_6}
+END""",
+    f"CALL {_MIGRATE_6}()",
+    f"DROP PROCEDURE {_MIGRATE_6}",
+    f"ALTER TABLE steerable_service ALTER COLUMN mark SET DEFAULT ({NEW_MARK})",
+    f"UPDATE steerable_service SET mark = {NEW_MARK} WHERE mark IS NULL",
+)
+
 MIGRATIONS: Final = validated(
     [
         Migration(1, "the sessions, messages and steers tables and the save procedure", _STEP_1),
@@ -484,6 +531,11 @@ MIGRATIONS: Final = validated(
         ),
         Migration(4, "the tool journal: a row per call key of a session, its result", _STEP_4),
         Migration(5, "an input's trace context, kept apart from its metadata", _STEP_5),
+        Migration(
+            6,
+            "a transcript's mark: new whenever a stored message is cut, changed or forked into",
+            _STEP_6,
+        ),
     ]
 )
 """The schema of the MySQL/MariaDB store: apply it with :func:`steerable.stores.mysql.migrate`."""

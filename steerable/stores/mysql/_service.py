@@ -20,7 +20,7 @@ counts those steers as offered to it. An input's ``turn`` column holds where it 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,10 +33,12 @@ from steerable.service_store import (
     EventKind,
     Input,
     InputView,
+    Known,
     Lease,
     Outcome,
     Renewal,
     counts_as_step,
+    known_length,
     message_event,
 )
 from steerable.stores.mysql._driver import MAX_AT, check_id, text_of
@@ -166,9 +168,16 @@ class MySQLServiceTables(Transactions):
         )
 
     async def claim(
-        self, holder: str, *, seconds: float, cap: int, session: str | None = None
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
     ) -> Claim | None:
-        """Claim one session with work and no live lease (``session`` only, if given)."""
+        """Claim one session with work and no live lease (``session`` only, if given),
+        leaving out the messages the claimer knows under the transcript's mark."""
         check_id(holder, "holder id")
         if session is not None:
             check_id(session, "session id")
@@ -193,7 +202,7 @@ class MySQLServiceTables(Transactions):
             svc = await locked(tx, name)
             if svc is None or svc.live or (svc.running is None and svc.queued == 0):
                 return None
-            return await _claim(tx, name, svc, holder, seconds, cap)
+            return await _claim(tx, name, svc, holder, seconds, cap, known)
 
         return await self._atomic(session or "", work)
 
@@ -399,23 +408,47 @@ async def _start(tx: Tx, session: str, ord: int, start: int, cap: int, epoch: in
     return id
 
 
-async def _claim(
-    tx: Tx, session: str, svc: ServiceRow, holder: str, seconds: float, cap: int
-) -> Claim:
-    epoch = svc.epoch + 1
-    expires = svc.until(seconds)
+async def _unknown(
+    tx: Tx, session: str, mark: str, known: Mapping[str, Known] | None
+) -> tuple[int, list[Message]]:
+    """The messages of the transcript a claimer does not hold, and how many it does: those
+    it read under ``mark`` (the row's, locked) if the transcript is at least that long.
+
+    Only those messages are read and decoded; the length is read only when the claimer
+    holds some under this mark. Under the service row's lock nothing cuts or changes the
+    transcript (every such write takes it first), so what the claimer holds is its start.
+    """
+    held = None if known is None else known.get(session)
+    skip = 0
+    if held is not None and held.mark == mark:
+        skip = known_length(known, session, mark, await length_of(tx, session))
     rows = await tx.rows(
-        "SELECT position, id, body FROM steerable_messages WHERE session = %s ORDER BY position",
-        (session,),
+        "SELECT position, id, body FROM steerable_messages WHERE session = %s AND position >= %s"
+        " ORDER BY position",
+        (session, skip),
     )
-    messages = [
+    return skip, [
         codec.decode(text_of(id), body, where=f"session {session!r}, position {position}")
         for position, id, body in rows
     ]
+
+
+async def _claim(
+    tx: Tx,
+    session: str,
+    svc: ServiceRow,
+    holder: str,
+    seconds: float,
+    cap: int,
+    known: Mapping[str, Known] | None,
+) -> Claim:
+    epoch = svc.epoch + 1
+    expires = svc.until(seconds)
+    skip, messages = await _unknown(tx, session, svc.mark, known)
     events: list[tuple[EventKind, str | None, Any]] = []
     resumed = svc.running is not None
     if svc.running is None:
-        name = await _start(tx, session, svc.turns + 1, len(messages), cap, epoch)
+        name = await _start(tx, session, svc.turns + 1, skip + len(messages), cap, epoch)
     else:
         name = svc.running
         events.append(("holder", name, {"holder": holder, "epoch": epoch}))
@@ -447,4 +480,6 @@ async def _claim(
         turn.cap,
         turn.stop_requested,
         svc.holder if resumed else None,  # the locked row's, before this claim wrote it
+        svc.mark,
+        skip,
     )

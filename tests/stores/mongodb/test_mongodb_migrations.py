@@ -1,7 +1,8 @@
 """What the MongoDB store's migrations do beyond every server store's (those:
 tests/stores/test_server_migrations.py): the index, reads before the migrations, the
 layout of ``create_indexes``, a database of layout 1 converted by step 2, and a service's
-queue of version 3 carried on by step 4."""
+queue of version 3 carried on by step 4, and the marks step 6 gives the service's documents
+of before."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pymongo.asynchronous.database import AsyncDatabase
 from steerable import codec
 from steerable.errors import InvalidMessage, QueueFull, StoreUnavailable
 from steerable.messages import Message, user
-from steerable.service_store import Input, Outcome
+from steerable.service_store import Input, Known, Outcome
 from steerable.store import Steer
 from steerable.stores.mongodb import COLLECTIONS, MIGRATIONS, MongoStore, migrate
 from steerable.stores.mongodb import _layout as layout
@@ -173,7 +174,7 @@ async def test_step_4_keeps_a_database_of_version_3(db: AsyncDatabase[Any]) -> N
     old = MongoStore(db)
     with pytest.raises(StoreUnavailable, match=r"step 4"):
         await old.enqueue("v", Input("send", "refused"))
-    assert await migrate(db) == [4, 5]
+    assert await migrate(db) == [4, 5, 6]
     store = MongoStore(db)
     status = await store.status("v")
     assert (status.waiting_total, status.queued) == (2, 1)
@@ -194,3 +195,42 @@ async def test_step_4_keeps_a_database_of_version_3(db: AsyncDatabase[Any]) -> N
     assert follow is not None and follow.turn == "s"
     assert [t.seq for t in await store.turns("v", after=0, limit=10)] == [1, 2, 3]
     assert (await store.status("v")).waiting_total == 1
+
+
+# -- step 6 ------------------------------------------------------------------------------
+
+
+async def test_step_6_gives_each_service_document_of_before_its_own_mark(
+    db: AsyncDatabase[Any],
+) -> None:
+    """Sessions of version 5 (one with a turn run, two only enqueued to, one with metadata
+    alone): after step 6, run by two migrators at once, each has a mark of its own, which
+    its next claim returns and a later migration does not change."""
+    await migrate(db)
+    store = MongoStore(db)
+    await store.enqueue("a", Input("send", "first", "t1"))
+    first = await store.claim("r", seconds=60, cap=16, session="a")
+    assert first is not None
+    await store.step(first.lease, [first.prompt.message(steered=False)], at=0, take=16)
+    await store.end_turn(first.lease, Outcome("completed"))
+    for sid in ("b", "c"):
+        await store.enqueue(sid, Input("send", "go"))
+    await store.set_metadata("d", {"k": "v"})
+    await db["steerable_schema"].delete_many({"_id": {"$gte": 6}})
+    await db["steerable_service"].update_many({}, {"$unset": {"mk": ""}})
+
+    with pytest.raises(StoreUnavailable, match=r"step 6"):
+        await MongoStore(db).enqueue("a", Input("send", "refused"))
+    applied = await asyncio.gather(migrate(db), migrate(db))
+    assert [6] in applied
+    docs = await db["steerable_service"].find({}, {"mk": 1}).sort("_id", 1).to_list(None)
+    marks = {doc["_id"]: doc["mk"] for doc in docs}
+    assert sorted(marks) == ["a", "b", "c", "d"] and len(set(marks.values())) == 4
+    assert await migrate(db) == []
+    again = await db["steerable_service"].find({}, {"mk": 1}).sort("_id", 1).to_list(None)
+    assert {doc["_id"]: doc["mk"] for doc in again} == marks
+    store = MongoStore(db)
+    await store.enqueue("a", Input("send", "second"))
+    claim = await store.claim("r", seconds=60, cap=16, session="a", known={"a": Known(1, "old")})
+    assert claim is not None and claim.mark == marks["a"] and claim.known == 0
+    assert [m.text for m in claim.messages] == ["first"]

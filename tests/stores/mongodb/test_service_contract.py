@@ -12,7 +12,7 @@ import asyncio
 import functools
 import gc
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,9 +20,9 @@ import pytest
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 
-from steerable.errors import Fenced, InvalidMessage, StoreUnavailable
-from steerable.messages import assistant, user
-from steerable.service_store import Hint, Input, Notifying, Outcome, ServiceStore
+from steerable.errors import CorruptRecord, Fenced, InvalidMessage, StoreUnavailable
+from steerable.messages import Message, assistant, user
+from steerable.service_store import Hint, Input, Known, Notifying, Outcome, ServiceStore
 from steerable.stores.mongodb import MIGRATIONS, SCHEMA_VERSION, MongoStore, migrate
 from steerable.stores.mongodb._migrate import SCHEMA
 from steerable.testing import OpenStore, ServiceContract
@@ -125,13 +125,94 @@ async def test_step_3_keeps_a_database_of_version_2() -> None:
             {"_id": "x", "s": "x", "n": 0, "base": 0, "tb": 0, "mv": 0, "tail": [], "k": []}
         )
         assert earlier == [1, 2]
-        assert await migrate(db) == [3, 4, 5] and SCHEMA_VERSION == 5
+        assert await migrate(db) == [3, 4, 5, 6] and SCHEMA_VERSION == 6
         store = MongoStore(db)
         await store.save("x", [user("kept")], at=0)
         await store.enqueue("x", Input("send", "then", "t"))
         claim = await store.claim("a", seconds=60, cap=16, session="x")
         assert claim is not None and [m.text for m in claim.messages] == ["kept"]
         assert claim.start == 1
+
+
+async def test_a_claim_reads_only_the_chunks_after_what_the_claimer_knows(
+    db: AsyncDatabase[Any],
+) -> None:
+    """A transcript flushed into chunks: knowing any length under the mark, a claim returns
+    exactly the messages after it, from the chunk it falls in, the later ones and the head's
+    tail; the chunks before it are not read (one taken away behind the store's back breaks
+    a whole read, not that claim)."""
+    store = MongoStore(db)
+    sid = "chunked"
+    stored = [user(f"{n}: " + "x" * 9_000, id=f"m-{n}") for n in range(14)]
+    for n, message in enumerate(stored):
+        await store.save(sid, [message], at=n)
+    chunks = await db["steerable_chunks"].find({"_id.s": sid}).sort("_id.p", 1).to_list(None)
+    ends = [int(chunk["e"]) for chunk in chunks]
+    assert len(ends) >= 3 and ends[-1] < len(stored), "the test wants chunks and a tail"
+    await store.enqueue(sid, Input("send", "first"))
+    first = await store.claim("r", seconds=60, cap=16, session=sid)
+    assert first is not None and first.messages == stored and first.mark
+    await store.end_turn(first.lease, Outcome("completed"))
+    for length in (1, ends[0] - 1, ends[0], ends[0] + 1, ends[-1], len(stored) - 1, 14):
+        await store.enqueue(sid, Input("send", f"knowing {length}"))
+        claim = await store.claim(
+            "r", seconds=60, cap=16, session=sid, known={sid: Known(length, first.mark)}
+        )
+        assert claim is not None and (claim.known, claim.mark) == (length, first.mark)
+        assert claim.messages == stored[length:], length
+        assert claim.start == len(stored)
+        await store.end_turn(claim.lease, Outcome("completed"))
+    await db["steerable_chunks"].delete_one({"_id": chunks[1]["_id"]})
+    with pytest.raises(CorruptRecord):
+        await store.messages(sid)
+    for length in (ends[1], ends[1] + 1):
+        await store.enqueue(sid, Input("send", f"past the chunk taken, knowing {length}"))
+        known = {sid: Known(length, first.mark)}
+        claim = await store.claim("r", seconds=60, cap=16, session=sid, known=known)
+        assert claim is not None and claim.messages == stored[length:]
+        await store.end_turn(claim.lease, Outcome("completed"))
+
+
+class _Racing(MongoStore):
+    """A store that runs ``race`` once, right after a claim's read of the messages."""
+
+    race: Callable[[], Awaitable[object]] | None = None
+    raced = 0
+
+    async def _messages_from(
+        self, session: str, head: dict[str, Any] | None, first: int
+    ) -> list[Message]:
+        found = await super()._messages_from(session, head, first)
+        if self.race is not None:
+            race, self.race = self.race, None
+            await race()
+            self.raced += 1
+        return found
+
+
+async def test_a_replace_between_a_claim_and_its_read_makes_it_read_the_whole(
+    db: AsyncDatabase[Any],
+) -> None:
+    """The claim reads the messages after its transaction; a ``replace`` (not refused while
+    the turn runs) that lands then changes what the claimer holds: the claim reads the whole
+    transcript again, under no mark, rather than hand over the rest of another one."""
+    store = _Racing(db)
+    sid = "raced"
+    await store.enqueue(sid, Input("send", "one"))
+    first = await store.claim("r", seconds=60, cap=16, session=sid)
+    assert first is not None
+    await store.step(first.lease, [first.prompt.message(steered=False)], at=0, take=16)
+    await store.step(first.lease, [assistant("re: one")], at=1, take=0)
+    await store.end_turn(first.lease, Outcome("completed"))
+    stored = await store.messages(sid)
+    changed = assistant("changed", id=stored[1].id)
+    store.race = functools.partial(store.replace, sid, at=1, old=[stored[1].id], messages=[changed])
+    await store.enqueue(sid, Input("send", "two"))
+    known = {sid: Known(2, first.mark)}
+    claim = await store.claim("r", seconds=60, cap=16, session=sid, known=known)
+    assert store.raced == 1, "the replace did not run"
+    assert claim is not None and (claim.known, claim.mark) == (0, "")
+    assert [m.text for m in claim.messages] == ["one", "changed"]
 
 
 @pytest.fixture

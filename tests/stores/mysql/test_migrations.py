@@ -92,7 +92,7 @@ async def test_a_database_of_schema_3_gets_the_journal_from_step_4(
     store = MySQLStore(empty)
     with pytest.raises(StoreUnavailable, match=r"version 3;.*step 4 \(the tool journal"):
         await store.begin_calls("s", ["k"])
-    assert await migrate(empty) == [4, 5]
+    assert await migrate(empty) == [4, 5, 6]
     assert [m.text for m in await store.messages("s")] == ["kept"]
     assert await store.begin_calls("s", ["k"]) == {}
     assert await store.begin_calls("s", ["k"]) == {"k": None}
@@ -110,7 +110,7 @@ async def test_a_step_5_cut_off_half_way_runs_again_whole(
         monkeypatch.undo()
         for statement in MIGRATIONS[4].steps[:3]:
             await _query(empty, statement)
-        assert await migrate(empty) == [5]
+        assert await migrate(empty) == [5, 6]
     store = MySQLStore(empty)
     trace = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     await store.enqueue("s", Input("send", "go", "t", trace=trace))
@@ -122,3 +122,37 @@ async def test_a_step_5_cut_off_half_way_runs_again_whole(
         " WHERE ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME",
     )
     assert [name for (name,) in procedures] == ["steerable_save_v1", "steerable_step_v1"]
+
+
+async def test_step_6_gives_each_service_row_of_before_its_own_mark(
+    empty: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rows of schema 5, then a migrator of step 6 that died after adding the column (before
+    # its default, the fill and the version), and a row an older steerable made meanwhile
+    monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert await migrate(empty) == [1, 2, 3, 4, 5]
+        monkeypatch.undo()
+        await _query(empty, "INSERT INTO steerable_service (session) VALUES ('a'), ('b'), ('c')")
+        for statement in MIGRATIONS[5].steps[:3]:
+            await _query(empty, statement)
+        await _query(empty, "INSERT INTO steerable_service (session) VALUES ('d')")
+        made = await _query(empty, "SELECT mark FROM steerable_service WHERE session = 'd'")
+        assert list(made) == [(None,)]
+        assert await migrate(empty) == [6]
+    marks = dict(await _query(empty, "SELECT session, mark FROM steerable_service"))
+    assert sorted(marks) == [b"a", b"b", b"c", b"d"]
+    assert len(set(marks.values())) == 4 and all(len(m) == 32 for m in marks.values())
+    store = MySQLStore(empty)
+    await store.enqueue("e", Input("send", "made after"))
+    await store.enqueue("a", Input("send", "go"))
+    claim = await store.claim("r", seconds=60, cap=16, session="a")
+    assert claim is not None and claim.mark == marks[b"a"]
+    [(made,)] = await _query(empty, "SELECT mark FROM steerable_service WHERE session = 'e'")
+    assert made is not None and made not in marks.values()
+    procedures = await _query(
+        empty,
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()",
+    )
+    assert sorted(name for (name,) in procedures) == ["steerable_save_v1", "steerable_step_v1"]

@@ -152,7 +152,12 @@ async def test_a_replace_runs_while_a_turn_runs_and_leaves_the_other_rows(
     fixed = assistant("called")
     await store.replace(sid, at=3, old=[stored[3].id], messages=[fixed])
     assert await store.messages(sid) == [*stored[:3], fixed]
-    assert await _service_rows(sid) == before
+    after = await _service_rows(sid)
+    assert after[:-1] == before[:-1]
+    # the service row alone changes, and only its mark (its last column): the transcript's
+    # messages changed, so no claimer may take what it held of them for them
+    [(*kept, mark)], [(*now, new_mark)] = before[-1], after[-1]
+    assert now == kept and new_mark != mark
     # the holder goes on at the length the swap left; a taken steer's id stays seen
     await store.step(claim.lease, [assistant("done")], at=4, take=0)
     await store.steer(sid, Steer("again", "s1"))
