@@ -14,8 +14,11 @@ call it makes is counted, by verb, with the process's CPU time. Two ways to rene
 
 The lease is ``--lease`` seconds (3 s: renewed every 1 s; the service's default is 15 s,
 renewed every 5 s, where the per-turn renewals are a fifth of these per second). On SQLite
-and MariaDB, which do not notify, the replica also polls ``stopping`` every 0.2 s; Postgres
-sends hints instead. Each point runs on a fresh SQLite file or server database.
+and MariaDB, which do not notify, the replica also polls ``stopping`` every 0.2 s; on
+Postgres it listens for hints instead. "Per turn" runs its renewals of one interval at once
+and the next interval starts when the last has answered, where each per-turn task started
+its own after its own answer: the same calls per interval, give or take a round's length.
+Each point runs on a fresh SQLite file or server database.
 
 ``python -m bench.leases`` (SQLite, Postgres and MariaDB; 10 and 1,000 turns; about three
 minutes here); ``--quick`` (SQLite, 10 and 100 turns, a 0.9 s lease: seconds); ``--json``
@@ -49,12 +52,12 @@ from bench._servers import (
     steerable_mysql,
     steerable_postgres,
 )
-from bench._service_counting import Both, Counting
+from bench._service_counting import Both, Counting, CountingNotifying
 from steerable.errors import Fenced
 from steerable.service import Service
 from steerable.service.agent import ReActAgent
 from steerable.service.demo import DemoModel
-from steerable.service_store import Input, Lease, Renewal
+from steerable.service_store import Input, Lease, Notifying, Renewal
 from steerable.spec import Spec
 from steerable.stores.sqlite import SQLiteStore
 from steerable.tools import Tool, tool
@@ -95,6 +98,21 @@ class PerTurn(Together):
         return list(await asyncio.gather(*(one(lease) for lease in leases)))
 
 
+class TogetherNotifying(Together, CountingNotifying):
+    """:class:`Together` with the inner store's hints (Postgres: no stop poll)."""
+
+
+class PerTurnNotifying(PerTurn, CountingNotifying):
+    """:class:`PerTurn` with the inner store's hints."""
+
+
+def _counted(store: Both, mode: str) -> Together:
+    """``store`` counted, renewing ``mode``'s way, with its hints where it has them."""
+    if isinstance(store, Notifying):
+        return PerTurnNotifying(store) if mode == "per turn" else TogetherNotifying(store)
+    return PerTurn(store) if mode == "per turn" else Together(store)
+
+
 def _waiting_agent(started: list[int], release: asyncio.Event) -> ReActAgent:
     """One ``work`` call a turn, which waits for ``release`` (``started`` counts them)."""
 
@@ -133,7 +151,7 @@ class Point:
 
 async def measure(store: Both, name: str, turns: int, mode: str, args: argparse.Namespace) -> Point:
     """Serve ``turns`` waiting turns over ``store`` and count the calls of one window."""
-    counted = PerTurn(store) if mode == "per turn" else Together(store)
+    counted = _counted(store, mode)
     started: list[int] = []
     release = asyncio.Event()
     service = Service(
@@ -153,7 +171,7 @@ async def measure(store: Both, name: str, turns: int, mode: str, args: argparse.
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: {len(started)} of {turns} turns reached the tool")
             await asyncio.sleep(0.05)
-        counted.calls.clear()
+        counted.calls.clear()  # "hints": entered once, before the window
         counted.leases = 0
         began, cpu = time.perf_counter(), time.process_time()
         await asyncio.sleep(args.window)
