@@ -16,6 +16,7 @@ pytest.register_assert_rewrite(
     "steerable.testing.cases",
     "steerable.testing.fork_cases",
     "steerable.testing.journal_cases",
+    "steerable.testing.lease_cases",
     "steerable.testing.queue_cases",
     "steerable.testing.rewrite_cases",
     "steerable.testing.service_cases",

@@ -157,6 +157,11 @@ class Counting:
         self.calls["renew"] += 1
         return await self.inner.renew(lease, seconds=seconds)
 
+    async def renew_many(self, leases: Sequence[Lease], *, seconds: float) -> list[Renewal | None]:
+        """Counted ``ServiceStore.renew_many`` (one call, however many leases)."""
+        self.calls["renew_many"] += 1
+        return await self.inner.renew_many(leases, seconds=seconds)
+
     async def step(
         self,
         lease: Lease,

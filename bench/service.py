@@ -130,7 +130,7 @@ def steer_table(configs: list[SteerAtStep]) -> str:
     return table(headers, rows)
 
 
-VERBS = ("claim", "claim (none)", "step", "end_turn", "renew", "hints")
+VERBS = ("claim", "claim (none)", "step", "end_turn", "renew_many", "hints")
 
 
 def _rate(mode: replicas.Mode) -> float:

@@ -470,8 +470,8 @@ MUTANTS += [
     _m(
         "engine-a-stop-seen-at-renewal-is-ignored",
         _REPLICA,
-        "            if renewal.stop_requested:\n                serving.stop_turn()",
-        "            if False:\n                serving.stop_turn()",
+        "        if renewal.stop_requested:\n            serving.stop_turn()",
+        "        if False:\n            serving.stop_turn()",
         "tests/service/test_replicas.py",
     ),
     _m(

@@ -37,6 +37,12 @@ store, behind :class:`ServiceStore`, next to the transcript of :class:`steerable
   refused whole with :class:`steerable.errors.Fenced` when the session's epoch is no
   longer the lease's (another replica claimed it since). An expired lease nobody claimed
   since still writes: fencing is by epoch, and nobody else holds the session.
+- **Renewals together.** ``renew_many`` renews many leases in one call (a replica renews
+  every lease it holds with one call per interval, not one per turn): each lease is judged
+  on its own, as ``renew`` would judge it, and a stale one (``None`` in its place, where
+  ``renew`` raises :class:`~steerable.errors.Fenced`) never stops the others. A session
+  named twice is judged twice against the same state: the same lease twice is renewed
+  twice, and of two epochs of one session only the current one renews.
 - **Steps.** ``step`` is the core's save-and-take, fenced: it appends messages at ``at``
   (a :class:`~steerable.errors.TranscriptConflict` otherwise), then takes up to ``take``
   of the steers offered to the turn, in order, and records each as a steered user message
@@ -436,6 +442,16 @@ class ServiceStore(Protocol):
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
+        ...
+
+    async def renew_many(self, leases: Sequence[Lease], *, seconds: float) -> list[Renewal | None]:
+        """Extend each of ``leases`` by ``seconds`` from now, each fenced on its own.
+
+        The answers are in the order of ``leases``: each lease's :class:`Renewal` (with its
+        turn's ``stop_requested``), or None where that lease is stale (``renew`` would raise
+        :class:`Fenced`). One round trip or transaction for them all where the database
+        allows; an empty ``leases`` is ``[]`` without reaching the database.
+        """
         ...
 
     async def step(

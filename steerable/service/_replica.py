@@ -6,12 +6,15 @@ some; when it finds none, or has claimed the sessions hints named, it waits for 
 the poll interval, whichever comes first (a claim that finds nothing is a store call
 spent: a turn's end wakes the loop only if it was waiting for room, and a hint that came
 before this replica's last claim of its session is passed over). Each claimed turn runs in
-a task of its own with a renewal task beside it. The renewal also carries the stop: it answers
-whether a stop was asked, and a ``stop`` hint makes it renew at once. A renewal refused
-as :class:`~steerable.errors.Fenced` means another replica holds the session now: the
-turn is stopped and nothing more is recorded from here (its writes would be refused
-anyway). A turn's end is recorded once, by the holder, with a retry while the store is
-away; a holder that cannot record it leaves it to whoever claims the session next.
+a task of its own. One renewal task renews every lease the replica holds, every
+``renew_every``, in one store call (``renew_many``) per :data:`RENEW_BATCH` leases: a
+replica running a thousand turns that wait on slow tools makes two calls an interval, not
+a thousand. The renewal also carries the stop: it answers, per lease, whether a stop was
+asked, and a ``stop`` hint makes it renew that turn's lease at once. A lease the renewal
+finds stale means another replica holds the session now: that turn alone is stopped and
+nothing more is recorded from it (its writes would be refused anyway). A turn's end is
+recorded once, by the holder, with a retry while the store is away; a holder that cannot
+record it leaves it to whoever claims the session next.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from steerable.service._fenced import FencedStore, LeaseCell
 from steerable.service._held import Held
 from steerable.service._observe import LogObserver, Observer, Observers, TurnReport
 from steerable.service.agent import Agent, Turn
-from steerable.service_store import Claim, Notifying, Outcome, ServiceStore
+from steerable.service_store import Claim, Notifying, Outcome, Renewal, ServiceStore
 from steerable.session import Session
 from steerable.store import Store
 
@@ -47,6 +50,9 @@ _RELEASE = 2.0
 
 _TRIED = 10_000
 """How many sessions' last claim times a replica keeps to skip hints it answered already."""
+
+RENEW_BATCH = 500
+"""The most leases one renewal call carries (so one call per this many turns held)."""
 
 LiveSink = Callable[[str, str, Event], object]
 """Where a replica sends the live events of the turns it runs: ``(session, turn, event)``."""
@@ -69,11 +75,10 @@ class Counters:
 class _Serving:
     """A turn this replica runs: its lease, the agent's current view of it, the stop."""
 
-    __slots__ = ("cell", "fenced", "gone", "renew_now", "stop", "turn")
+    __slots__ = ("cell", "fenced", "gone", "stop", "turn")
 
     def __init__(self, cell: LeaseCell) -> None:
         self.cell = cell
-        self.renew_now = asyncio.Event()
         self.gone = asyncio.Event()  # set once its task no longer runs it
         self.stop = False
         self.turn: Turn
@@ -125,6 +130,8 @@ class Replica:
         self._hinted: list[tuple[str, float]] = []  # (session, when the hint came)
         self._tried: dict[str, float] = {}  # session: when this replica last claimed it
         self._turns: dict[str, _Serving] = {}
+        self._urgent: set[str] = set()  # sessions whose lease to renew now (a stop hint)
+        self._renew_soon = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = Held(settings.held) if held is None else held
         self._knows = settings.held > 0 and _takes_known(service)
@@ -137,11 +144,13 @@ class Replica:
             listener = asyncio.create_task(self._listen(self.service))
         else:
             listener = asyncio.create_task(self._watch_stops())
+        renewer = asyncio.create_task(self._renew_forever())
         try:
             await self._claim_forever()
         finally:
             listener.cancel()
-            await asyncio.gather(listener, return_exceptions=True)
+            renewer.cancel()
+            await asyncio.gather(listener, renewer, return_exceptions=True)
             await self._abandon()
 
     async def _abandon(self) -> None:
@@ -167,15 +176,17 @@ class Replica:
         the turn ended meanwhile) leaves the lease to expire, as a crash would.
         """
 
-        async def release(cell: LeaseCell) -> None:
-            try:
-                await asyncio.wait_for(self.service.renew(cell.lease, seconds=0), _RELEASE)
+        async def release(batch: list[LeaseCell]) -> None:
+            leases = [cell.lease for cell in batch]
+            try:  # a lease found stale is left as it is
+                await asyncio.wait_for(self.service.renew_many(leases, seconds=0), _RELEASE)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # Fenced, or the store is away: it expires instead
-                log.info("session %r: the lease is left to expire (%s)", cell.lease.session, exc)
+            except Exception as exc:  # the store is away: they expire instead
+                log.info("%d leases are left to expire (%s)", len(batch), exc)
 
-        await asyncio.gather(*(release(cell) for cell in cells))
+        batches = [cells[at : at + RENEW_BATCH] for at in range(0, len(cells), RENEW_BATCH)]
+        await asyncio.gather(*(release(batch) for batch in batches))
 
     async def _listen(self, service: Notifying) -> None:
         while True:
@@ -186,7 +197,8 @@ class Replica:
                             self._hinted.append((hint.session, time.monotonic()))
                             self._wake.set()
                         elif hint.session in self._turns:
-                            self._turns[hint.session].renew_now.set()  # learn the stop now
+                            self._urgent.add(hint.session)  # learn the stop now
+                            self._renew_soon.set()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the listener's connection went away: poll meanwhile
@@ -334,7 +346,6 @@ class Replica:
         serving.turn = self._turn(claim, claim.messages, claim.steers_taken, serving)
         self._turns[session] = serving
         self.counters.running[session] = claim.turn
-        renewer = asyncio.create_task(self._renew(serving, session))
         try:
             outcome = _already_over(claim)
             if outcome is not None:
@@ -342,8 +353,6 @@ class Replica:
             else:
                 outcome = await self._carry(claim, serving)
         finally:
-            renewer.cancel()
-            await asyncio.gather(renewer, return_exceptions=True)
             if self._turns.get(session) is serving:
                 del self._turns[session]
                 del self.counters.running[session]
@@ -462,26 +471,50 @@ class Replica:
         except Exception as exc:  # logged with its traceback where the turn's end is
             return failure(exc)
 
-    async def _renew(self, serving: _Serving, session: str) -> None:
-        every, cell = self.settings.renew_every, serving.cell
+    async def _renew_forever(self) -> None:
+        """Renew every lease held here each ``renew_every``, and a stop hint's at once."""
+        every = self.settings.renew_every
+        due = time.monotonic() + every
         while True:
-            await waited(serving.renew_now, every)
-            serving.renew_now.clear()
+            await waited(self._renew_soon, max(0.0, due - time.monotonic()))
+            self._renew_soon.clear()
+            if time.monotonic() >= due:
+                self._urgent.clear()
+                await self._renew(list(self._turns.values()))
+                due = time.monotonic() + every
+            else:
+                urgent, self._urgent = self._urgent, set()
+                await self._renew([self._turns[s] for s in urgent if s in self._turns])
+
+    async def _renew(self, servings: list[_Serving]) -> None:
+        """Renew the leases of ``servings``, :data:`RENEW_BATCH` a call; a call that fails is
+        tried again at the next interval (the next write will tell if a lease was lost)."""
+        live = [serving for serving in servings if not serving.cell.fenced]
+        for at in range(0, len(live), RENEW_BATCH):
+            batch = live[at : at + RENEW_BATCH]
+            leases = [serving.cell.lease for serving in batch]
             try:
-                renewal = await self.service.renew(cell.lease, seconds=self.settings.lease)
-            except Fenced:
-                cell.fenced = True
-                serving.stop_turn()
-                return
+                renewals = await self.service.renew_many(leases, seconds=self.settings.lease)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # try again; the next write will tell if it was lost
+            except Exception as exc:
                 self.counters.store_errors += 1
-                log.warning("session %r: renewal failed: %s", session, exc)
+                log.warning("the renewal of %d leases failed: %s", len(batch), exc)
                 continue
-            cell.lease = renewal.lease
-            if renewal.stop_requested:
-                serving.stop_turn()
+            for serving, renewal in zip(batch, renewals, strict=True):
+                self._renewed(serving, renewal)
+
+    def _renewed(self, serving: _Serving, renewal: Renewal | None) -> None:
+        """Apply one lease's renewal: the new expiry and a stop, or, stale, its turn fenced."""
+        if self._turns.get(serving.cell.lease.session) is not serving:
+            return  # its turn ended while the call was under way: nothing left to apply
+        if renewal is None:  # another replica holds the session now
+            serving.cell.fenced = True
+            serving.stop_turn()
+            return
+        serving.cell.lease = renewal.lease
+        if renewal.stop_requested:
+            serving.stop_turn()
 
     async def _end(self, cell: LeaseCell, outcome: Outcome, report: TurnReport) -> None:
         deadline = time.monotonic() + self.settings.lease

@@ -18,7 +18,7 @@ from steerable.errors import InvalidMessage, MessageNotFound, SessionExists, Tra
 from steerable.journal import encode_result
 from steerable.messages import Message, ToolResult, new_id
 from steerable.store import Steer
-from steerable.stores._memory_service import MemoryServiceTables
+from steerable.stores._memory_leases import MemoryLeases
 
 __all__ = ["MemoryStore"]
 
@@ -34,7 +34,7 @@ class _Session:
     mark: str = field(default_factory=new_id)  # new whenever a stored message is cut or changed
 
 
-class MemoryStore(MemoryServiceTables):
+class MemoryStore(MemoryLeases):
     """A :class:`steerable.Store` (:class:`~steerable.store.Rewritable`,
     :class:`~steerable.store.Forkable`, :class:`~steerable.store.Journaling` and
     :class:`~steerable.store.Repairable`) and a service store, held in dicts."""

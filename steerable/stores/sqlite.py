@@ -59,9 +59,9 @@ from steerable.journal import encode_result
 from steerable.messages import Message, ToolResult
 from steerable.store import Steer
 from steerable.stores import _sqlite_journal
+from steerable.stores._sqlite_leases import SQLiteLeases
 from steerable.stores._sqlite_rows import CLOCK, LENGTH
 from steerable.stores._sqlite_schema import SCHEMA_VERSION, upgrade
-from steerable.stores._sqlite_service import SQLiteServiceTables
 from steerable.stores._sqlite_views import StopPoll
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -70,7 +70,7 @@ _T = TypeVar("_T")
 _Synchronous = Literal["NORMAL", "FULL"]
 
 
-class SQLiteStore(SQLiteServiceTables):
+class SQLiteStore(SQLiteLeases):
     """A :class:`steerable.Store` and a service store in the SQLite file ``path``.
 
     See the module docstring.

@@ -33,6 +33,7 @@ from steerable.testing import (
     fork_cases,
     journal_cases,
     known_cases,
+    lease_cases,
     queue_cases,
     rewrite_cases,
     service_cases,
@@ -95,6 +96,7 @@ class _ServiceCases:
 for _case in [*cases.CASES, *rewrite_cases.CASES, *fork_cases.CASES, *journal_cases.CASES]:
     setattr(_Cases, f"test_{_case.__name__}", _test_for(_case))
 assert queue_cases.CLOCK  # imported for its cases, which join SERVICE_CASES
+assert lease_cases.MANY  # the same
 for _case in [
     *service_cases.SERVICE_CASES,
     *rewrite_cases.SERVICE_CASES,

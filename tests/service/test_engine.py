@@ -330,6 +330,13 @@ class _RenewalsDown(MemoryStore):
             raise StoreUnavailable("down")
         return await super().renew(lease, seconds=seconds)
 
+    async def renew_many(self, leases, *, seconds):  # type: ignore[no-untyped-def]
+        from steerable.errors import StoreUnavailable
+
+        if self.down:
+            raise StoreUnavailable("down")
+        return await super().renew_many(leases, seconds=seconds)
+
 
 async def test_a_replica_that_outlived_its_own_lease_takes_the_turn_over_once() -> None:
     """Its own claim loop takes the session over: the old run is fenced, the turn ends once."""

@@ -27,13 +27,14 @@ from steerable.stores.mongodb import _layout as layout
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._fork import MongoForkable
 from steerable.stores.mongodb._layout import Entry, Staged
+from steerable.stores.mongodb._leases import MongoLeases
 from steerable.stores.mongodb._migrate import APPLY, MIGRATIONS, schema_version
 from steerable.stores.mongodb._replace import MongoRepairable
 
 _RACE_RETRIES = 5
 
 
-class MongoStore(MongoRepairable, MongoForkable):
+class MongoStore(MongoLeases, MongoRepairable, MongoForkable):
     """A :class:`steerable.Store` (:class:`~steerable.store.Rewritable`,
     :class:`~steerable.store.Forkable`, :class:`~steerable.store.Journaling` and
     :class:`~steerable.store.Repairable`) and a service store in a MongoDB database.

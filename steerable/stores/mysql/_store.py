@@ -48,16 +48,16 @@ from steerable.stores.mysql._driver import (
 )
 from steerable.stores.mysql._fork import MySQLForkable
 from steerable.stores.mysql._journal import MySQLJournaling
+from steerable.stores.mysql._leases import MySQLLeases
 from steerable.stores.mysql._rewrite import MySQLRepairable, MySQLRewritable
 from steerable.stores.mysql._schema import MIGRATIONS, SAVE
-from steerable.stores.mysql._service import MySQLServiceTables
 from steerable.stores.mysql._views import MySQLServiceViews
 
 __all__ = ["APPLY", "MySQLStore", "Pool", "error_of"]
 
 
 class MySQLStore(
-    MySQLServiceTables,
+    MySQLLeases,
     MySQLServiceViews,
     MySQLRewritable,
     MySQLRepairable,

@@ -13,9 +13,9 @@ from steerable.store import Steer
 from steerable.stores.migrations import require
 from steerable.stores.postgres._fork import PostgresForkable
 from steerable.stores.postgres._journal import PostgresJournal
+from steerable.stores.postgres._leases import PostgresLeases
 from steerable.stores.postgres._rewrite import PostgresRewritable
 from steerable.stores.postgres._schema import MIGRATIONS
-from steerable.stores.postgres._service import PostgresServiceTables
 from steerable.stores.postgres._statements import Pool
 from steerable.stores.postgres._translate import APPLY, translated
 
@@ -126,7 +126,7 @@ _RETRIES = 64
 _VERSION = "SELECT coalesce(max(version), 0) FROM steerable_schema"
 
 
-class PostgresStore(PostgresServiceTables, PostgresRewritable, PostgresForkable, PostgresJournal):
+class PostgresStore(PostgresLeases, PostgresRewritable, PostgresForkable, PostgresJournal):
     """A :class:`steerable.Store` (:class:`~steerable.store.Rewritable`,
     :class:`~steerable.store.Forkable`, :class:`~steerable.store.Journaling` and
     :class:`~steerable.store.Repairable`) and a service store in Postgres, over an

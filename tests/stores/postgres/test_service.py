@@ -318,3 +318,30 @@ async def test_a_second_pool_sees_the_same_answers(database: str, store: Postgre
         assert await other.status(sid) == await store.status(sid)
     finally:
         await other_pool.close()
+
+
+async def test_renew_many_is_one_round_trip_and_no_lease_is_none(wire: Wire, database: str) -> None:
+    """Twenty leases, one of them stale, renew in one trip; ``[]`` reaches nothing."""
+    pool = await create_pool(
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+    )
+    try:
+        store = PostgresStore(pool)
+        leases = []
+        for _ in range(20):
+            sid = _sid()
+            await store.enqueue(sid, Input("send", "go"))
+            claim = await store.claim("a", seconds=60, cap=16, session=sid)
+            assert claim is not None
+            leases.append(claim.lease)
+        await store.renew_many(leases[:1], seconds=60)  # prepared on the one connection
+        stale = Lease(leases[5].session, "a", leases[5].epoch - 1, 0.0)
+        wire.sent.clear()
+        answers = await store.renew_many([*leases, stale], seconds=60)
+        assert wire.sent["P"] == 0 and wire.round_trips == 1, wire.sent
+        assert [a is not None for a in answers] == [True] * 20 + [False]
+        wire.sent.clear()
+        assert await store.renew_many([], seconds=60) == []
+        assert wire.round_trips == 0 and not wire.sent, wire.sent
+    finally:
+        await pool.close()
