@@ -39,7 +39,7 @@ between machines (here a loopback). Figures are medians over the rounds (turns) 
 (renewals); the last table turns them into a paper estimate of what a primary of 8 and 32
 vCPUs carries at 70% CPU, as if each vCPU did what a core does here.
 
-``python -m bench.capacity`` (about a minute here); ``--quick`` (seconds); ``--json`` (one
+``python -m bench.capacity`` (about 30 s here); ``--quick`` (seconds); ``--json`` (one
 JSON line of the figures at the end).
 """
 
@@ -73,8 +73,7 @@ from bench._servers import (
     steerable_postgres,
 )
 from bench._service_counting import Counting, counting
-from steerable.service import Service
-from steerable.service._observe import TurnReport
+from steerable.service import Service, TurnReport
 from steerable.service.demo import demo_agent
 from steerable.service_store import Claim, Input, Lease
 
