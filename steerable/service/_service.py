@@ -177,8 +177,15 @@ class Service:
         held_messages: int = 100_000,
     ) -> None:
         if not isinstance(store, ServiceStore) or not isinstance(store, Store):
+            missing = [
+                name
+                for protocol in (Store, ServiceStore)
+                for name, value in vars(protocol).items()
+                if callable(value) and not name.startswith("_") and not hasattr(store, name)
+            ]
             raise UsageError(
                 f"a Service needs a store with the service's tables, not {type(store).__name__}"
+                f" (it lacks {', '.join(missing)})"
             )
         if agent is not None and not (
             callable(getattr(agent, "run_turn", None)) and hasattr(agent, "steers_per_turn")

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from steerable.messages import Message, assistant
 from steerable.service import Service
 from steerable.service._held import Held
@@ -175,3 +177,22 @@ async def test_a_steer_a_turn_took_is_held_in_its_place(tmp_path: Path) -> None:
         stored = await _stored(store)
         assert "and this" in stored and store.claims[-1].known == len(stored) - 4
         assert seen.seen[-2] == [*stored[: len(stored) - 4], "two"]
+
+
+class _Partial:
+    """A store written before ``renew_many``: the service's verbs but that one."""
+
+    def __init__(self) -> None:
+        self._inner = MemoryStore()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "renew_many":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_store_lacking_a_verb_is_refused_naming_it() -> None:
+    from steerable.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"it lacks renew_many\)"):
+        Service(_Partial())  # type: ignore[arg-type]
