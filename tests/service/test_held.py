@@ -195,4 +195,4 @@ def test_a_store_lacking_a_verb_is_refused_naming_it() -> None:
     from steerable.errors import UsageError
 
     with pytest.raises(UsageError, match=r"it lacks renew_many\)"):
-        Service(_Partial())  # type: ignore[arg-type]
+        Service(_Partial())
