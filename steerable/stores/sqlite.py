@@ -352,10 +352,14 @@ def _fork(db: sqlite3.Connection, session: str, new: str, through: str | None) -
     return copied
 
 
-STEER_WAITS = "SELECT 1 FROM steerable_steers WHERE session = ? AND taken = 0 LIMIT 1"
+STEER_WAITS = "SELECT 1 FROM steerable_steers WHERE session = ?1 AND taken = 0"
 """Whether a steer waits in the session's box: a save looks before it takes, which costs a
 step with none waiting about a microsecond where the take's ``UPDATE`` cost about five (one
 lookup of the waiting index; its plan is tested)."""
+
+APPEND_LOOK = f"SELECT ({LENGTH.replace('= ?', '= ?1')}), EXISTS ({STEER_WAITS})"
+"""A save's first read, one statement: the transcript's length (:data:`LENGTH`) and whether
+a steer waits (:data:`STEER_WAITS`)."""
 
 
 def _append(
@@ -367,15 +371,12 @@ def _append(
 ) -> list[Message]:
     """One write transaction: check the position, append the rows, take and record steers."""
     db.execute("BEGIN IMMEDIATE")
-    (count,) = db.execute(
-        "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = ?",
-        (session,),
-    ).fetchone()
+    count, waits = db.execute(APPEND_LOOK, (session,)).fetchone()
     if at is not None and at != count:
         db.rollback()
         raise TranscriptConflict(session, at, count)
     taken: list[Message] = []
-    if take and db.execute(STEER_WAITS, (session,)).fetchone() is not None:
+    if take and waits:
         steers = db.execute(
             "UPDATE steerable_steers SET taken = 1 WHERE seq IN (SELECT seq FROM steerable_steers"
             " WHERE session = ? AND taken = 0 ORDER BY seq LIMIT ?) RETURNING seq, id, text",

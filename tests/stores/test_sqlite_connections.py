@@ -16,7 +16,7 @@ from steerable.messages import Message, assistant, user
 from steerable.service_store import Input, Outcome
 from steerable.store import Steer
 from steerable.stores._sqlite_connections import CHECKPOINT_EVERY, SHORT_BYTES
-from steerable.stores.sqlite import STEER_WAITS, SQLiteStore
+from steerable.stores.sqlite import APPEND_LOOK, SQLiteStore
 
 
 class _Threads:
@@ -217,8 +217,12 @@ async def test_a_save_with_no_steer_waiting_looks_before_it_takes(tmp_path: Path
     updates = [sql for _, sql in fast.seen if sql.startswith("UPDATE steerable_steers")]
     assert len(updates) == 1  # the second save's, which found one waiting
     with sqlite3.connect(path) as db:
-        plan = db.execute(f"EXPLAIN QUERY PLAN {STEER_WAITS}", ("s",)).fetchall()
+        plan = db.execute(f"EXPLAIN QUERY PLAN {APPEND_LOOK}", ("s",)).fetchall()
     assert [row[3] for row in plan] == [
+        "SCAN CONSTANT ROW",
+        "SCALAR SUBQUERY 1",
+        "SEARCH steerable_messages USING COVERING INDEX steerable_messages_position (session=?)",
+        "SCALAR SUBQUERY 2",
         "SEARCH steerable_steers USING COVERING INDEX steerable_steers_waiting"
-        " (session=? AND taken=?)"
+        " (session=? AND taken=?)",
     ]
