@@ -6,9 +6,11 @@ service step, an enqueue, a renewal, a turn's end, a journal entry) runs first o
 loop's own thread, on a connection of its own that never waits: its busy timeout is zero, so
 when another connection (of this store, of another store, of another process) holds the
 write lock, SQLite answers ``SQLITE_BUSY`` at once, the attempt is rolled back whole, and the
-same write runs on the worker thread as any call does. The hop to the worker and back costs
-more than such a write itself, so doing it on the loop's thread takes the write about half
-its time; a write never waits on the loop's thread.
+same write runs on the worker thread as any call does. The hop to the worker and back cost
+more than such a write itself (a step's save took 95 µs through the worker, 41 to 48 µs on
+the loop's thread: ``python -m bench.floor``, docs/benchmarks.md); a write never waits on
+the loop's thread, and one that finishes there does not yield to the loop (it is over in
+well under :data:`SHORT_BYTES`' ~150 µs).
 
 SQLite's own locks arbitrate between the two connections as between any two: their
 transactions never interleave, and a write on one sees the other's last commit. A
@@ -22,7 +24,16 @@ commit waits for the disk (an fsync), which the event loop must not. The loop co
 never checkpoints (``wal_autocheckpoint`` off): a checkpoint copies the log into the file and
 syncs it, so it runs on the worker, a passive one after every :data:`CHECKPOINT_EVERY`
 writes on the loop's connection (SQLite's own automatic checkpoint stays on for the worker's
-connection). A write of more than :data:`SHORT_BYTES` of text goes to the worker at once.
+connection). While it runs, writes go to the worker, after it: a checkpoint racing a writer
+never catches up with the log's end, and only a complete one lets the next writer reuse the
+log from its start. A write of more than :data:`SHORT_BYTES` of text goes to the worker at
+once.
+
+A write that waits on the worker waits in SQLite's own busy handler, which sleeps 1, 2, 5,
+... up to 100 ms between tries. Retrying from Python every 50 µs to 1 ms instead was
+measured (``python -m bench.sqlite_sharing``, 4 to 16 processes taking steers from one
+file) and took fewer steers a second in all, 0.3 to 0.5x at 16 processes on 2 cores: the
+wake-ups took the CPU from the process holding the lock.
 """
 
 from __future__ import annotations

@@ -38,15 +38,16 @@ The file is in WAL mode with ``synchronous=NORMAL``: a committed save survives t
 being killed; pass ``synchronous="FULL"`` to survive power loss too (then every call runs
 on the worker: a commit waits for the disk).
 
-Sharing one file: open one store object per process and share it among the process's tasks.
-Several processes can share the file (each store's writes wait for SQLite's write lock), at
-a cost: with one file taking steers one a transaction as fast as it can, 4 processes took
-0.6 to 1.0x the steers a second of one process, 16 processes 0.4 to 0.7x (``python -m
-bench.sqlite_sharing``, in docs/benchmarks.md). A waiting process sleeps in SQLite's busy
-handler (1, 2, 5, ... 100 ms), so under such contention the process that holds the lock
-most takes most; retrying every 50 µs to 1 ms instead was measured and took fewer steers a
-second in all (0.3 to 0.5x at 16 processes). Many store objects in one process write on the
-one event loop thread and did as well as one object.
+Sharing one file: open one store object per process and share it among the process's tasks
+(a store's short writes all run on its loop's thread, one at a time, so many objects in one
+process gain nothing). Several processes can share the file; each waits for SQLite's write
+lock in turn, sleeping in SQLite's busy handler. Taking 2,000 steers one a transaction with
+48 tasks (``python -m bench.sqlite_sharing``, 2026-12-04, 2 shared cores): one store took
+8,808 a second; 48 store objects in one process 0.93x that (0.28x before writes ran on the
+loop's thread: their 48 worker threads slept in the busy handler); 4 processes 1.22x and 16
+processes 0.90x (single runs on the busier machine earlier: 0.6 to 1.0x and 0.4 to 0.7x).
+Under such contention the process that holds the lock most takes most: a waiter sleeps
+1, 2, 5, ... ms between tries.
 """
 
 from __future__ import annotations
