@@ -30,6 +30,10 @@ from steerable.messages import Message, Native, Part, Reasoning, Text, ToolCall,
 VERSION = 1
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False).encode
+_dumps_ascii = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+"""The same encoder escaping every non-ASCII character (``\\uXXXX``): CPython's is about 40%
+faster. Where its text holds no ``\\u``, it escaped nothing that way, so it is exactly
+:data:`_dumps`' text; else :func:`encode` uses :data:`_dumps`."""
 _loads = json.loads
 
 
@@ -58,7 +62,10 @@ def encode(message: Message) -> str:
         body["steered"] = True
     body["parts"] = [_part(p) for p in message.parts]
     try:
-        text: str = _dumps(body)
+        text: str = _dumps_ascii(body)
+        if "\\u" not in text:  # nothing escaped as \\uXXXX: all ASCII, so no lone surrogate
+            return text
+        text = _dumps(body)
     except TypeError as exc:
         raise InvalidMessage(
             f"message {message.id!r} holds a value that is not text: {exc}"

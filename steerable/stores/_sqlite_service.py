@@ -466,6 +466,11 @@ class SQLiteServiceTables:
     async def _call(self, work: _Work[_T]) -> _T:
         raise NotImplementedError
 
+    # provided by SQLiteStore: a short write, on the loop's thread when it can finish at
+    # once (:mod:`steerable.stores._sqlite_connections`), else as ``_call``
+    async def _write(self, work: _Work[_T], size: int = 0) -> _T:
+        raise NotImplementedError
+
     _stop_poll: StopPoll  # set by SQLiteStore
 
     async def enqueue(
@@ -478,8 +483,9 @@ class SQLiteServiceTables:
         max_waiting: int | None = None,
     ) -> Accepted:
         """Record ``input`` in the session's order of arrival; an id seen before is a no-op."""
-        return await self._call(
-            lambda db: _enqueue(db, session, input, if_idle, expected_turn, max_waiting)
+        size = len(json.dumps(input.text))  # the text is stored as JSON
+        return await self._write(
+            lambda db: _enqueue(db, session, input, if_idle, expected_turn, max_waiting), size
         )
 
     async def cancel(self, session: str, id: str) -> InputView | None:
@@ -512,7 +518,7 @@ class SQLiteServiceTables:
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
-        return await self._call(lambda db: _renew(db, lease, seconds))
+        return await self._write(lambda db: _renew(db, lease, seconds))
 
     async def step(
         self,
@@ -525,11 +531,14 @@ class SQLiteServiceTables:
     ) -> list[Message]:
         """The turn's save-and-take, fenced by ``lease``; returns the steered messages taken."""
         bodies = [codec.encode(m) for m in messages]  # refused before the lock is taken
-        return await self._call(lambda db: _step(db, lease, messages, bodies, at, take, final))
+        size = sum(len(body) for body in bodies)
+        return await self._write(
+            lambda db: _step(db, lease, messages, bodies, at, take, final), size
+        )
 
     async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
         """Record the turn's end and release the lease; the next turn's prompt id, if any."""
-        return await self._call(lambda db: _end_turn(db, lease, outcome))
+        return await self._write(lambda db: _end_turn(db, lease, outcome))
 
     async def stop(self, session: str) -> str | None:
         """Ask the running turn to stop; its id, or None when no turn runs."""

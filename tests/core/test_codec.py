@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from steerable import (
@@ -39,6 +41,36 @@ def test_the_stored_text_has_a_version_and_no_raw_control_characters() -> None:
 def test_text_that_is_not_unicode_is_refused() -> None:
     with pytest.raises(InvalidMessage, match="not valid Unicode"):
         codec.encode(Message("user", (Text("\udc80"),)))
+
+
+def _stored_as_ever(message: Message) -> str:
+    """The stored text as every version wrote it (non-ASCII characters kept as they are)."""
+    return json.dumps(json.loads(codec.encode(message)), ensure_ascii=False, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "".join(map(chr, range(128))),  # every ASCII character, controls and DEL included
+        'a "quoted" \\ back\\slash \\u00e9 not an escape',
+        '{"query": "caf\\u00e9", "n": 1}',  # raw arguments with their own escapes
+        "café, naïve, 日本語, emoji 😀, and DEL \x7f",
+        "",
+    ],
+)
+def test_the_stored_text_is_the_same_whichever_way_it_is_encoded(text: str) -> None:
+    # encode takes a faster road for ASCII text; the bytes stored must not change with it
+    call = ToolCall("c", "f", text)
+    for message in (Message("user", (Text(text),)), Message("assistant", (call,))):
+        stored = codec.encode(message)
+        assert stored == _stored_as_ever(message)
+        assert codec.decode(message.id, stored) == message
+
+
+def test_every_character_below_0x800_is_stored_as_before() -> None:
+    for point in range(0x800):
+        message = Message("user", (Text(f"x{chr(point)}y"),), id="i")
+        assert codec.encode(message) == _stored_as_ever(message), hex(point)
 
 
 @pytest.mark.parametrize(
