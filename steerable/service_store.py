@@ -50,7 +50,11 @@ store, behind :class:`ServiceStore`, next to the transcript of :class:`steerable
 - **Ends.** ``end_turn`` records the turn's outcome (and its usage) once, frees the steers
   offered to it that it never took (each is then a turn of its own, in its place in the
   order: before anything sent after it; the ``turn_ended`` event lists them as
-  ``released``) and releases the lease, in one atomic operation.
+  ``released``) and releases the lease, in one atomic operation. Given ``last`` messages
+  (the turn's last save: its answer), it first appends them at ``at`` as a ``final`` step
+  would (no step, no steer taken, their ``message`` events), in the same operation and
+  refused whole with it (:class:`~steerable.errors.TranscriptConflict`, ``Fenced``): a turn
+  nobody steered ends in one call fewer.
 - **Stop.** ``stop`` marks the running turn; its holder learns it from ``stopping`` (a
   cheap read it polls), ``renew``, or a :class:`Hint` where the store notifies, and ends
   the turn ``stopped``.
@@ -469,8 +473,18 @@ class ServiceStore(Protocol):
         not counted as a step, whatever it ends with."""
         ...
 
-    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
-        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+    async def end_turn(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        last: Sequence[Message] = (),
+        at: int | None = None,
+    ) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any.
+
+        ``last``: messages to append at ``at`` first, as ``step(lease, last, at=at, take=0,
+        final=True)`` would, in the same atomic operation (both refused whole together)."""
         ...
 
     async def stop(self, session: str) -> str | None:

@@ -390,47 +390,66 @@ class MemoryServiceTables:
         for message in messages:
             codec.encode(message)
         with self._lock:
-            svc, turn = self._fenced(lease)
-            transcript, ids = self._transcript(lease.session)
-            if at != len(transcript):
-                raise TranscriptConflict(lease.session, at, len(transcript))
-            new_ids = [m.id for m in messages]
-            if len(set(new_ids)) != len(new_ids) or not ids.isdisjoint(new_ids):
-                raise InvalidMessage(f"session {lease.session!r}: a message id is already stored")
-            if counts_as_step(messages, take, final=final):
-                turn.steps += 1
-            room = 0 if turn.stop_requested else max(0, min(take, turn.cap - turn.steers_taken))
-            offered = [
-                i for i in svc.inputs.values() if i.state == "waiting" and i.turn == turn.id
-            ][:room]
-            taken: list[Message] = []
-            for row in offered:
-                row.state, row.step = "taken", turn.steps
-                if row.input.id not in ids and row.input.id not in new_ids:
-                    taken.append(row.input.message(steered=True))
-            turn.steers_taken += len(offered)
-            position = len(transcript)
-            for message in messages:
-                svc.emit("message", turn.id, message_event(message, position))
-                position += 1
-            if offered:
-                ids_taken = [r.input.id for r in offered]
-                svc.emit("steers_taken", turn.id, {"ids": ids_taken, "step": turn.steps})
-            for message in taken:
-                svc.emit("message", turn.id, message_event(message, position))
-                position += 1
-            if counts_as_step(messages, take, final=final):
-                svc.emit("step", turn.id, {"step": turn.steps, "length": position})
-            transcript.extend(messages)
-            transcript.extend(taken)
-            self._times(lease.session).extend([time.time()] * (len(messages) + len(taken)))
-            ids.update(new_ids)
-            ids.update(m.id for m in taken)
-            return taken
+            return self._step(lease, messages, at, take, final)
 
-    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
-        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+    def _step(
+        self, lease: Lease, messages: Sequence[Message], at: int, take: int, final: bool
+    ) -> list[Message]:
+        """``step``, under the store's lock."""
+        svc, turn = self._fenced(lease)
+        transcript, ids = self._transcript(lease.session)
+        if at != len(transcript):
+            raise TranscriptConflict(lease.session, at, len(transcript))
+        new_ids = [m.id for m in messages]
+        if len(set(new_ids)) != len(new_ids) or not ids.isdisjoint(new_ids):
+            raise InvalidMessage(f"session {lease.session!r}: a message id is already stored")
+        if counts_as_step(messages, take, final=final):
+            turn.steps += 1
+        room = 0 if turn.stop_requested else max(0, min(take, turn.cap - turn.steers_taken))
+        offered = [i for i in svc.inputs.values() if i.state == "waiting" and i.turn == turn.id][
+            :room
+        ]
+        taken: list[Message] = []
+        for row in offered:
+            row.state, row.step = "taken", turn.steps
+            if row.input.id not in ids and row.input.id not in new_ids:
+                taken.append(row.input.message(steered=True))
+        turn.steers_taken += len(offered)
+        position = len(transcript)
+        for message in messages:
+            svc.emit("message", turn.id, message_event(message, position))
+            position += 1
+        if offered:
+            ids_taken = [r.input.id for r in offered]
+            svc.emit("steers_taken", turn.id, {"ids": ids_taken, "step": turn.steps})
+        for message in taken:
+            svc.emit("message", turn.id, message_event(message, position))
+            position += 1
+        if counts_as_step(messages, take, final=final):
+            svc.emit("step", turn.id, {"step": turn.steps, "length": position})
+        transcript.extend(messages)
+        transcript.extend(taken)
+        self._times(lease.session).extend([time.time()] * (len(messages) + len(taken)))
+        ids.update(new_ids)
+        ids.update(m.id for m in taken)
+        return taken
+
+    async def end_turn(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        last: Sequence[Message] = (),
+        at: int | None = None,
+    ) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any
+        (``last``: saved at ``at`` first, in the same atomic operation)."""
+        for message in last:
+            codec.encode(message)
         with self._lock:
+            if last:
+                assert at is not None, "end_turn(last=...) needs at="
+                self._step(lease, last, at, 0, True)
             svc, turn = self._fenced(lease)
             transcript, _ = self._transcript(lease.session)
             turn.state, turn.text, turn.error = outcome.state, outcome.text, outcome.error

@@ -27,6 +27,7 @@ if "steerable.testing.cases" not in sys.modules:  # the plugin registers it, unl
         "steerable.testing.rewrite_cases",
         "steerable.testing.service_cases",
         "steerable.testing.known_cases",
+        "steerable.testing.end_cases",
     )
 
 from steerable.testing.abilities import (

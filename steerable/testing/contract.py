@@ -30,6 +30,7 @@ from steerable.errors import UsageError
 from steerable.store import Store
 from steerable.testing import (
     cases,
+    end_cases,
     fork_cases,
     journal_cases,
     known_cases,
@@ -102,6 +103,7 @@ for _case in [
     *rewrite_cases.SERVICE_CASES,
     *fork_cases.SERVICE_CASES,
     *known_cases.SERVICE_CASES,
+    *end_cases.SERVICE_CASES,
 ]:
     setattr(_ServiceCases, f"test_{_case.__name__}", _test_for(_case))
 
