@@ -52,10 +52,13 @@ The store is also the service's (:class:`steerable.service_store.ServiceStore`),
 same pool and the same messages table: a turn's ``step`` appends what the core's ``save``
 would, fenced by its lease. Each service write is one statement too, so one round trip: it
 locks the session's row, checks the lease's epoch and holder inside, and is refused whole
-(:class:`steerable.errors.Fenced`) when they are stale. So is each verb of the queue: an
-``enqueue`` with its conditions (``if_idle``, ``expected_turn``, ``max_waiting``, refused
-whole inside the statement), ``cancel``, the ``stopping`` poll, the bounded and paged views
-(``status``, ``inputs``, ``turns``) and ``set_metadata``. The exceptions: a session's first
+(:class:`steerable.errors.Fenced`) when they are stale. An ``end_turn`` given the turn's
+``last`` messages saves them and ends the turn in that one statement, refused whole
+together, so a turn nobody steered ends in one trip where a final ``step`` then an
+``end_turn`` were two. Each verb of the queue is one statement too: an ``enqueue`` with its
+conditions (``if_idle``, ``expected_turn``, ``max_waiting``, refused whole inside the
+statement), ``cancel``, the ``stopping`` poll, the bounded and paged views (``status``,
+``inputs``, ``turns``) and ``set_metadata``. The exceptions: a session's first
 input makes its row (three trips), and a statement that waited on the row's lock while
 another write committed runs again on a fresh snapshot. Leases expire on the server's clock,
 and the times the views give (an input's, a turn's start and end, a message's) are its too.

@@ -1,10 +1,11 @@
 """The Postgres store's service writes of a turn's life: each one statement, fenced inside it.
 
-``enqueue``, ``claim``, ``renew``, ``step``, ``end_turn`` and ``stop`` are each one locking
-write (:mod:`._statements`: one SQL statement of data-modifying CTEs that locks the session's
-row first, so one atomic step and one round trip once asyncpg has prepared it). ``cancel``
-(:mod:`._cancel`), the views and ``set_metadata`` (:mod:`._views`) and the hints
-(:mod:`._hints`) live beside them; :class:`PostgresServiceTables` is all of them.
+``enqueue``, ``claim``, ``renew``, ``step``, ``end_turn`` (with the turn's last save too)
+and ``stop`` are each one locking write (:mod:`._statements`: one SQL statement of
+data-modifying CTEs that locks the session's row first, so one atomic step and one round
+trip once asyncpg has prepared it). ``cancel`` (:mod:`._cancel`), the views and
+``set_metadata`` (:mod:`._views`) and the hints (:mod:`._hints`) live beside them;
+:class:`PostgresServiceTables` is all of them.
 
 A lease expires on the server's clock: ``now()`` (the statement's start there), also in a
 claim's test for a live lease, and ``expires_at`` is its seconds since the Unix epoch.
@@ -34,6 +35,7 @@ from steerable.errors import (
     SessionNotIdle,
     TranscriptConflict,
     TurnMismatch,
+    UsageError,
 )
 from steerable.messages import Message
 from steerable.service_store import (
@@ -341,6 +343,66 @@ SELECT {FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT id FROM following) A
     (SELECT count(*) FROM hinted) AS hints
 """
 
+# The end of a turn with its last save (`end_turn(last=...)`): $8 at, $9..$12 the messages'
+# ids, bodies, roles and steered flags, appended at $8 as `_STEP` appends a final save with
+# take 0 (no steer taken, no `step`), then the turn ended as `_END_TURN` ends it, where the
+# messages end. One statement updates a row once, so the turn's row and the session's row
+# are each one UPDATE for both halves; the events are the messages' then `turn_ended`.
+_END_WITH_LAST = f"""
+WITH {LOCKED}, {_HELD}, stored AS (
+    SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
+), ok AS (
+    SELECT held.*, stored.n FROM held, stored WHERE stored.n = $8::bigint
+), new AS (
+    SELECT m.i - 1 AS i, m.id, m.body, m.role, m.steered
+    FROM unnest($9::text[], $10::text[], $11::text[], $12::boolean[])
+        WITH ORDINALITY AS m (id, body, role, steered, i)
+), written AS (
+    INSERT INTO steerable_messages (session, position, id, body)
+    SELECT $1, ok.n + new.i, new.id, new.body FROM ok, new ORDER BY new.i
+), ended AS (
+    UPDATE steerable_turns t SET state = $4, answer = $5, error = $6,
+        end_position = ok.n + cardinality($9::text[]), usage = $7, ended_at = now()
+    FROM ok WHERE t.session = $1 AND t.id = ok.id
+), freed AS (
+    SELECT i.seq, i.id FROM steerable_inputs i, ok
+    WHERE i.session = $1 AND i.state = 'waiting' AND i.turn = ok.id
+), unoffered AS (
+    UPDATE steerable_inputs i SET turn = NULL
+    WHERE i.session = $1 AND i.seq IN (SELECT seq FROM freed)
+), following AS (
+    SELECT q.id FROM (
+        SELECT i.seq, i.id FROM steerable_inputs i
+        WHERE i.session = $1 AND i.state = 'waiting' AND i.turn IS NULL
+            AND EXISTS (SELECT FROM ok)
+        UNION ALL
+        SELECT seq, id FROM freed
+    ) AS q ORDER BY q.seq LIMIT 1
+), ev AS (
+    SELECT new.i, 'message' AS kind, json_build_object('position', ok.n + new.i,
+        'id', new.id, 'role', new.role, 'steered', new.steered)::text AS data
+    FROM ok, new
+    UNION ALL
+    SELECT cardinality($9::text[]), 'turn_ended', json_build_object(
+        'state', $4::text,
+        'released', coalesce((SELECT json_agg(id ORDER BY seq) FROM freed), '[]'::json)
+    )::text
+    FROM ok
+), logged AS (
+    INSERT INTO steerable_events (session, id, kind, turn, data)
+    SELECT $1, ok.events + 1 + ev.i, ev.kind, ok.id, ev.data FROM ok, ev
+), released AS (
+    UPDATE steerable_sessions s SET version = s.version + 1, running = NULL, holder = NULL,
+        expires = '-infinity', events = s.events + (SELECT count(*) FROM ev),
+        queued = s.queued + (SELECT count(*) FROM freed)
+    FROM ok WHERE s.session = $1
+), hinted AS (
+    SELECT {hint("work")} FROM following
+)
+SELECT {FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT n FROM stored) AS n,
+    (SELECT id FROM following) AS following, (SELECT count(*) FROM hinted) AS hints
+"""
+
 # A stop asked twice is recorded once, and hinted each time (as the memory reference does).
 _STOP = f"""
 WITH {LOCKED}, run AS (
@@ -369,7 +431,9 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
     (three: the statement finds no row, one insert makes it, the statement again) and for
     a statement that lost a race to a writer that committed while it waited on the lock
     (run again). A ``step`` nobody steered is one trip, like one that takes steers; an
-    ``enqueue`` with conditions is one trip, like one without.
+    ``enqueue`` with conditions is one trip, like one without; an ``end_turn`` with the
+    turn's ``last`` messages is one trip, like one without (a save refused by a unique key
+    of the transcript reads its length once more, as ``step`` does, to say why).
     """
 
     __slots__ = ()
@@ -561,13 +625,23 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         length: int = rows[0][0]
         return length
 
-    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
-        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+    async def end_turn(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        last: Sequence[Message] = (),
+        at: int | None = None,
+    ) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any.
+
+        ``last``: saved at ``at`` first, as a final ``step`` taking nothing would, in the same
+        statement (refused whole with the end), so one round trip either way (see the class).
+        """
+        session = lease.session
         error = None if outcome.error is None else json.dumps(outcome.error)
-        [row] = await self._write(
-            f"end the turn of session {lease.session!r}",
-            _END_TURN,
-            lease.session,
+        ending = (
+            session,
             lease.epoch,
             lease.holder,
             outcome.state,
@@ -575,10 +649,41 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             error,
             object_text(outcome.usage),
         )
+        doing = f"end the turn of session {session!r}"
+        if not last:
+            [row] = await self._write(doing, _END_TURN, *ending)
+        else:
+            if at is None:
+                raise UsageError(f"cannot {doing}: end_turn(last=...) needs at=")
+            bodies = [codec.encode(m) for m in last]
+            saved = (
+                [m.id for m in last],
+                bodies,
+                [m.role for m in last],
+                [m.steered for m in last],
+            )
+            try:
+                [row] = await self._write(doing, _END_WITH_LAST, *ending, at, *saved)
+            except asyncpg.UniqueViolationError as exc:
+                raise await self._refused_save(session, at, exc) from None
+            if row["holds"] and row["n"] != at:
+                raise TranscriptConflict(session, at, row["n"])
         if not row["holds"]:
-            raise Fenced(lease.session, lease.epoch, row["epoch"])
+            raise Fenced(session, lease.epoch, row["epoch"])
         following: str | None = row["following"]
         return following
+
+    async def _refused_save(
+        self, session: str, at: int, exc: asyncpg.UniqueViolationError
+    ) -> TranscriptConflict | InvalidMessage:
+        """The refusal of a save at ``at`` a unique key of the transcript stopped: a race
+        for the position (or a stale ``at``), else an id already stored."""
+        stored = await self._stored(session)
+        if exc.constraint_name == _POSITION_KEY or stored != at:
+            return TranscriptConflict(session, at, stored)
+        return InvalidMessage(
+            f"session {session!r}: a message id is already in the transcript ({exc.detail or exc})"
+        )
 
     async def stop(self, session: str) -> str | None:
         """Ask the running turn to stop; its id, or None when no turn runs."""

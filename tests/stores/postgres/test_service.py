@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from steerable.errors import Fenced, QueueFull, SessionNotIdle, StoreError, TurnMismatch
+from steerable.errors import (
+    Fenced,
+    QueueFull,
+    SessionNotIdle,
+    StoreError,
+    TranscriptConflict,
+    TurnMismatch,
+)
 from steerable.messages import assistant, new_id, user
 from steerable.service_store import Input, Lease, Outcome
 from steerable.stores.postgres import PostgresStore
@@ -343,5 +350,41 @@ async def test_renew_many_is_one_round_trip_and_no_lease_is_none(wire: Wire, dat
         wire.sent.clear()
         assert await store.renew_many([], seconds=60) == []
         assert wire.round_trips == 0 and not wire.sent, wire.sent
+    finally:
+        await pool.close()
+
+
+async def test_an_end_with_its_last_save_is_one_round_trip(wire: Wire, database: str) -> None:
+    """The answer saved and the turn ended in one trip, where a step then an end were two;
+    refused (a wrong position), it is one trip too, and ends nothing."""
+    pool = await create_pool(
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+    )
+    try:
+        store = PostgresStore(pool)
+
+        async def begun() -> tuple[str, Lease]:
+            sid = _sid()
+            await store.enqueue(sid, Input("send", "go", "t"))
+            claim = await store.claim("a", seconds=60, cap=16, session=sid)
+            assert claim is not None
+            await store.step(claim.lease, [claim.prompt.message(steered=False)], at=0, take=16)
+            return sid, claim.lease
+
+        sid, lease = await begun()  # prepares the statement on the one connection
+        await store.end_turn(lease, Outcome("completed", "a"), last=[assistant("a")], at=1)
+        sid, lease = await begun()
+        await store.enqueue(sid, Input("steer", "late", "s"))
+        wire.sent.clear()
+        answer = assistant("done")
+        following = await store.end_turn(lease, Outcome("completed", "done"), last=[answer], at=1)
+        assert wire.sent["P"] == 0 and wire.round_trips == 1, wire.sent
+        assert following == "s" and [m.id for m in await store.messages(sid)] == ["t", answer.id]
+        sid, lease = await begun()
+        wire.sent.clear()
+        with pytest.raises(TranscriptConflict):
+            await store.end_turn(lease, Outcome("completed"), last=[assistant("x")], at=3)
+        assert wire.sent["P"] == 0 and wire.round_trips == 1, wire.sent
+        assert (await store.status(sid)).turn is not None
     finally:
         await pool.close()
