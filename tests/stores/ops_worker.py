@@ -3,8 +3,8 @@
 ``python ops_worker.py KIND STORE_URL PREFIX``: for sessions ``PREFIX-0``, ``PREFIX-1``, ...
 it runs the ops of ``KIND`` (:data:`KINDS`) in order, printing ``done I K`` (flushed) after
 op ``K`` of session ``I`` returned. The crash tests (test_rewrite_crash.py,
-test_queue_crash.py, test_fork_crash.py, test_repair_crash.py) kill it and know what each op
-leaves behind; not a test module itself.
+test_queue_crash.py, test_fork_crash.py, test_repair_crash.py, test_end_crash.py) kill it
+and know what each op leaves behind; not a test module itself.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from steerable import Steer, ToolResult, assistant, user
-from steerable.service_store import Input
+from steerable.service_store import Input, Outcome
 from steerable.store import rewritable
 from steerable.stores.url import open_url
 
@@ -78,6 +78,24 @@ async def repair(store: Any, sid: str, op: int) -> None:
         await store.replace(sid, at=50, old=old, messages=[])
 
 
+_LEASES: dict[str, Any] = {}  # the end ops' lease of each session, from its claim
+
+
+async def end(store: Any, sid: str, op: int) -> None:
+    """Op number ``op`` of its kind on session ``sid``: a turn, ended with its answer saved."""
+    if op == 0:
+        await store.enqueue(sid, Input("send", "the prompt", "p"))
+    elif op == 1:
+        claim = await store.claim("w", seconds=600, cap=16, session=sid)
+        _LEASES[sid] = claim.lease
+    elif op == 2:
+        await store.step(_LEASES[sid], [user("the prompt", id="p")], at=0, take=16)
+    else:
+        answer = [assistant("calling", id="c"), user("result", id="r"), assistant("done", id="d")]
+        outcome = Outcome("completed", "done")
+        await store.end_turn(_LEASES.pop(sid), outcome, last=answer, at=1)
+
+
 Op = Callable[[Any, str, int], Awaitable[None]]
 
 KINDS: dict[str, tuple[tuple[str, ...], Op]] = {
@@ -88,6 +106,7 @@ KINDS: dict[str, tuple[tuple[str, ...], Op]] = {
     "queue": (("send h", "steer s1", "steer s2", "metadata 1", "cancel h", "metadata 2"), queue),
     "fork": (("save 300", "fork through 200", "fork all"), fork),
     "repair": (("save 200", "replace 100 by 200", "begin", "end", "replace to 50"), repair),
+    "end": (("send p", "claim", "save the prompt", "end with the answer"), end),
 }
 """Each kind's ops, in the order they are done to a session, and what does them."""
 
