@@ -3,7 +3,10 @@
 The core loop saves through a :class:`~steerable.Session`; under the service that session's
 store is this view, so every save-and-take of a step becomes one ``ServiceStore.step`` call
 that carries the turn's lease. The first transcript read is answered from the claim (the
-claim read it already), so a turn costs no read of its own.
+claim read it already), so a turn costs no read of its own. Where the store's ``end_turn``
+takes the turn's last save (``last=``), the save of the answer (or a ``final`` one) is kept
+and the replica's end stores it with the end, in one call; any other call of the turn
+first stores it, so the order of writes is the run's.
 
 The tool journal's verbs and the repair's ``replace`` go to the store as they are, not
 fenced: marking a call started is atomic in the store (of two holders, one is told a call
@@ -16,8 +19,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
-from steerable import telemetry
+from steerable import codec, telemetry
 from steerable.errors import Fenced, StoreUnavailable, UsageError
 from steerable.messages import Message, ToolResult
 from steerable.service._observe import Observers
@@ -41,13 +45,31 @@ class LeaseCell:
         self.traces: dict[str, dict[str, str]] = {}  # a taken steer's trace context, by id
 
 
+class Pending(NamedTuple):
+    """A turn's last save, kept for the turn's end (``end_turn(last=, at=)``)."""
+
+    at: int
+    messages: list[Message]
+    final: bool
+
+
+def _last(messages: Sequence[Message], final: bool) -> bool:
+    """Whether a save (taking no steer) is a turn's last: a ``final`` one, or one ending in
+    an answer (an assistant message that calls no tool: no model request follows it)."""
+    if final:
+        return True
+    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
+
+
 class FencedStore:
     """The :class:`~steerable.Store` verbs of one turn's session, every write fenced."""
 
     __slots__ = (
         "_cell",
         "_claimed",
+        "_defer",
         "_observers",
+        "_pending",
         "_service",
         "_session",
         "_store",
@@ -66,8 +88,11 @@ class FencedStore:
         written: Callable[[str], None] | None = None,
         observers: Observers | None = None,
         turn: str = "",
+        defer_last: bool = False,
     ) -> None:
         self._store = store
+        self._defer = defer_last  # the store's end_turn takes the turn's last save (last=)
+        self._pending: Pending | None = None
         self._observers = observers
         self._turn = turn
         self._written = written  # told after each step it stored
@@ -89,6 +114,7 @@ class FencedStore:
         if self._claimed is not None:
             claimed, self._claimed = self._claimed, None
             return list(claimed)
+        await self._flush()
         self.stored = None
         read = await self._store.messages(session)
         self.stored = list(read)
@@ -107,12 +133,37 @@ class FencedStore:
         take: int = 0,
         final: bool = False,
     ) -> list[Message]:
-        """The step's save-and-take, one fenced store call."""
+        """The step's save-and-take, one fenced store call; the turn's last save (its answer,
+        or a ``final`` one) is kept for the turn's end, which stores it in the same call,
+        unless another call of the turn comes first."""
         self._mine(session)
         self._claimed = None
         lease = self._cell.lease
         if self._cell.fenced:  # lost or abandoned: refused here, without a store call
             raise Fenced(lease.session, lease.epoch, None)
+        if self._defer and take == 0 and self._pending is None and _last(messages, final):
+            for message in messages:
+                codec.encode(message)  # refused now, as the store would refuse it
+            self._pending = Pending(at, list(messages), final)
+            return []
+        await self._flush()
+        return await self._step(messages, at, take, final)
+
+    def take_pending(self) -> Pending | None:
+        """The turn's last save, kept for its end (None: none); the end stores it now."""
+        pending, self._pending = self._pending, None
+        return pending
+
+    async def _flush(self) -> None:
+        """Store the kept last save before any other call of the turn (it was not last)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            await self._step(pending.messages, pending.at, 0, pending.final)
+
+    async def _step(
+        self, messages: Sequence[Message], at: int, take: int, final: bool
+    ) -> list[Message]:
+        lease = self._cell.lease
         stored, self.stored = self.stored, None  # unknown until the save answers
         try:
             if final:  # said only when set: a store that predates the keyword serves the rest
@@ -180,11 +231,13 @@ class FencedStore:
     async def steer(self, session: str, steer: Steer) -> None:
         """A steer left by the run (one its box did not apply) waits as a steer input."""
         self._mine(session)
+        await self._flush()
         await self._service.enqueue(session, Input("steer", steer.text, steer.id))
 
     async def steers(self, session: str) -> list[Steer]:
         """The steers waiting for this turn, oldest first."""
         self._mine(session)
+        await self._flush()
         status = await self._service.status(session)
         turn = status.turn.id if status.turn else None
         return [Steer(w.text, w.id) for w in status.waiting if w.turn == turn and turn]
@@ -192,11 +245,13 @@ class FencedStore:
     async def begin_calls(self, session: str, keys: Sequence[str]) -> dict[str, ToolResult | None]:
         """Mark tool calls started in the session's journal (not fenced: see above)."""
         self._mine(session)
+        await self._flush()
         return await journaling(self._store).begin_calls(session, keys)
 
     async def end_call(self, session: str, key: str, result: ToolResult) -> ToolResult:
         """Record a tool call's result in the session's journal (not fenced: see above)."""
         self._mine(session)
+        await self._flush()
         return await journaling(self._store).end_call(session, key, result)
 
     async def replace(
@@ -208,5 +263,6 @@ class FencedStore:
             lease = self._cell.lease
             raise Fenced(lease.session, lease.epoch, None)
         self._claimed = None
+        await self._flush()
         self.stored = None  # and the store gave the transcript a new mark
         await repairable(self._store).replace(session, at=at, old=old, messages=messages)

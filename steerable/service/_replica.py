@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from steerable import telemetry
-from steerable.errors import Fenced, StoreError
+from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConflict
 from steerable.events import Event, EventSink
 from steerable.messages import Message
 from steerable.service._failure import failure, reported
-from steerable.service._fenced import FencedStore, LeaseCell
+from steerable.service._fenced import FencedStore, LeaseCell, Pending
 from steerable.service._held import Held
 from steerable.service._observe import LogObserver, Observer, Observers, TurnReport
 from steerable.service.agent import Agent, Turn
@@ -134,7 +134,9 @@ class Replica:
         self._renew_soon = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._held = Held(settings.held) if held is None else held
-        self._knows = settings.held > 0 and _takes_known(service)
+        inner = getattr(service, "__wrapped__", service)  # a wrapper's (metrics) store
+        self._knows = settings.held > 0 and _takes(inner.claim, "known")
+        self._ends_with_last = _takes(inner.end_turn, "last")
 
     # -- looking for work -------------------------------------------------------------------
 
@@ -357,10 +359,11 @@ class Replica:
                 del self._turns[session]
                 del self.counters.running[session]
             serving.gone.set()
-            stored = None if serving.fenced is None else serving.fenced.stored
-            if stored is not None:  # a prefix of the stored transcript, under the claim's mark
-                self._held.keep(session, claim.mark, stored)
+        view = serving.fenced
+        stored = None if view is None else view.stored  # a prefix of the stored transcript
+        pending = None if view is None else view.take_pending()
         if serving.cell.fenced:
+            self._hold(session, claim.mark, stored)
             self.counters.fenced += 1
             self.observers.call("fenced", session)
             if span is not None:
@@ -393,7 +396,15 @@ class Replica:
             )
         if span is not None:
             _ended(span, report)
-        await self._end(serving.cell, recorded, report)
+        last = await self._end(serving.cell, recorded, report, pending)
+        if last and pending is not None and stored is not None and pending.at == len(stored):
+            stored = [*stored, *last]  # stored with the end
+        self._hold(session, claim.mark, stored)
+
+    def _hold(self, session: str, mark: str, stored: list[Message] | None) -> None:
+        """Keep what the turn knew of the stored transcript, for the session's next claim."""
+        if stored is not None:
+            self._held.keep(session, mark, stored)
 
     async def _carry(self, claim: Claim, serving: _Serving) -> Outcome:
         """Run the turn; while the store failed under it (and the lease holds), run it again
@@ -444,6 +455,7 @@ class Replica:
             written=self._written,
             observers=self.observers,
             turn=claim.turn,
+            defer_last=self._ends_with_last,
         )
         serving.fenced = fenced
         live = self.live
@@ -516,22 +528,39 @@ class Replica:
         if renewal.stop_requested:
             serving.stop_turn()
 
-    async def _end(self, cell: LeaseCell, outcome: Outcome, report: TurnReport) -> None:
+    async def _end(
+        self, cell: LeaseCell, outcome: Outcome, report: TurnReport, pending: Pending | None
+    ) -> list[Message]:
+        """Record the turn's end, with its last save where one was kept for it; the messages
+        of that save the end stored ([]: none, or the end was not recorded)."""
         deadline = time.monotonic() + self.settings.lease
+        last: dict[str, Any] = {}
+        if pending is not None:
+            last = {"last": pending.messages, "at": pending.at}
         while True:
             try:
-                following = await self.service.end_turn(cell.lease, outcome)
+                following = await self.service.end_turn(cell.lease, outcome, **last)
             except Fenced:
                 self.counters.fenced += 1
                 self.observers.call("fenced", cell.lease.session)
-                return
+                return []
+            except (TranscriptConflict, InvalidMessage) as exc:
+                if not last:
+                    raise
+                # the stored transcript is not what the turn saw: its answer is not stored,
+                # and the turn ends failed (as a refused save of its answer failed it before)
+                self.counters.store_errors += 1
+                session = cell.lease.session
+                outcome = reported(session, report.turn, failure(exc), detail=False)
+                last = {}
+                continue
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # StoreUnavailable, or worse: try until the lease is gone
                 self.counters.store_errors += 1
                 if time.monotonic() > deadline:
                     log.warning("the end of a turn was not recorded (%s): left to the next", exc)
-                    return
+                    return []
                 await asyncio.sleep(min(self.settings.poll, 0.2))
                 continue
             self.counters.ended += 1
@@ -540,7 +569,7 @@ class Replica:
             if following is not None:
                 self._hinted.append((cell.lease.session, time.monotonic()))
                 self._wake.set()
-            return
+            return list(last.get("last", []))
 
 
 def _agent_name(agent: Agent) -> str:
@@ -628,10 +657,10 @@ async def waited(event: asyncio.Event, seconds: float) -> None:
             await event.wait()
 
 
-def _takes_known(service: ServiceStore) -> bool:
-    """Whether ``service.claim`` takes ``known`` (a store written before it does not)."""
+def _takes(verb: Callable[..., object], keyword: str) -> bool:
+    """Whether a store's ``verb`` takes ``keyword`` (a store written before it does not)."""
     try:
-        parameters = inspect.signature(service.claim).parameters.values()
+        parameters = inspect.signature(verb).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == "known" or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)

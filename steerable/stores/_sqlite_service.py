@@ -334,6 +334,23 @@ def _step(
 ) -> list[Message]:
     tx = Tx(db, write=True)
     turn = _fenced(tx, lease)
+    taken = _stepped(tx, turn, messages, bodies, at, take, final)
+    tx.save_turn(turn)
+    tx.commit()
+    return taken
+
+
+def _stepped(
+    tx: Tx,
+    turn: TurnRow,
+    messages: Sequence[Message],
+    bodies: list[str],
+    at: int,
+    take: int,
+    final: bool,
+) -> list[Message]:
+    """A step's writes inside the fenced write transaction ``tx`` (not committed)."""
+    db = tx.db
     end = length(db, tx.session)
     if at != end:
         raise TranscriptConflict(tx.session, at, end)
@@ -358,8 +375,6 @@ def _step(
         tx.emit("message", turn.id, message_event(message, position))
     if step:
         tx.emit("step", turn.id, {"step": turn.steps, "length": end + len(rows)})
-    tx.save_turn(turn)
-    tx.commit()
     return taken
 
 
@@ -390,9 +405,19 @@ def _recorded(db: sqlite3.Connection, session: str, ids: list[str]) -> set[str]:
     return {id for (id,) in rows}
 
 
-def _end_turn(db: sqlite3.Connection, lease: Lease, outcome: Outcome) -> str | None:
+def _end_turn(
+    db: sqlite3.Connection,
+    lease: Lease,
+    outcome: Outcome,
+    last: Sequence[Message] = (),
+    bodies: Sequence[str] = (),
+    at: int | None = None,
+) -> str | None:
     tx = Tx(db, write=True)
     turn = _fenced(tx, lease)
+    if last:  # the turn's last save, in the same transaction
+        assert at is not None, "end_turn(last=...) needs at="
+        _stepped(tx, turn, last, list(bodies), at, 0, True)
     turn.state, turn.text, turn.error = outcome.state, outcome.text, outcome.error
     turn.usage, turn.ended_at = dict(outcome.usage), tx.now
     turn.end = length(db, tx.session)
@@ -536,9 +561,19 @@ class SQLiteServiceTables:
             lambda db: _step(db, lease, messages, bodies, at, take, final), size
         )
 
-    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
-        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
-        return await self._write(lambda db: _end_turn(db, lease, outcome))
+    async def end_turn(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        last: Sequence[Message] = (),
+        at: int | None = None,
+    ) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any
+        (``last``: saved at ``at`` first, in the same write transaction)."""
+        bodies = [codec.encode(m) for m in last]  # refused before the lock is taken
+        size = sum(len(body) for body in bodies)
+        return await self._write(lambda db: _end_turn(db, lease, outcome, last, bodies, at), size)
 
     async def stop(self, session: str) -> str | None:
         """Ask the running turn to stop; its id, or None when no turn runs."""

@@ -257,9 +257,10 @@ async def test_a_store_outage_mid_turn_is_carried_on_with_nothing_twice(
 
 
 class _EndLost(MemoryStore):
-    """A memory store whose ``end_turn`` never reaches it for the holder ``loser``."""
+    """A memory store whose ``end_turn`` never reaches it for the holder ``loser``; it takes
+    no ``last``, so the answer is saved by a step of its own, before the end."""
 
-    async def end_turn(self, lease, outcome):  # type: ignore[no-untyped-def]
+    async def end_turn(self, lease, outcome):  # type: ignore[no-untyped-def,override]
         from steerable.errors import StoreUnavailable
 
         if lease.holder == "loser":
@@ -269,12 +270,12 @@ class _EndLost(MemoryStore):
 
 async def test_a_turn_answered_but_not_recorded_ended_is_recorded_by_the_next_holder() -> None:
     store, seen = _EndLost(), Recorder()
-    loser = Service(store, demo_agent(seconds=0.01), replica="loser", lease=0.4, poll=0.05)
+    loser = Service(store, demo_agent(seconds=0.01), replica="loser", lease=0.4, poll=0.05)  # type: ignore[arg-type]
     async with loser.serving() as first_replica:
         sent = await loser.send("s", "go")
         await _until(lambda: _answered(store), "the answer saved")
         await _until(lambda: _idle(first_replica), "the loser giving up on the end")
-    heir = Service(store, demo_agent(seconds=0.01, record=seen), replica="heir", poll=0.05)
+    heir = Service(store, demo_agent(seconds=0.01, record=seen), replica="heir", poll=0.05)  # type: ignore[arg-type]
     async with heir.serving() as replica:
         done = await heir.wait("s", sent.id, seconds=10)
     assert done is not None and (done.state, done.text) == ("completed", "answered: go")
@@ -297,12 +298,12 @@ class _NativeAnswer:
 
 async def test_a_stored_native_answer_is_the_recorded_answer_on_takeover() -> None:
     store, agent = _EndLost(), _NativeAnswer()
-    loser = Service(store, agent, replica="loser", lease=0.4, poll=0.05)
+    loser = Service(store, agent, replica="loser", lease=0.4, poll=0.05)  # type: ignore[arg-type]
     async with loser.serving() as first_replica:
         sent = await loser.send("s", "go")
         await _until(lambda: _answered(store), "the answer saved")
         await _until(lambda: _idle(first_replica), "the loser giving up on the end")
-    heir = Service(store, agent, replica="heir", poll=0.05)
+    heir = Service(store, agent, replica="heir", poll=0.05)  # type: ignore[arg-type]
     async with heir.serving():
         done = await heir.wait("s", sent.id, seconds=10)
     assert done is not None and (done.state, done.text) == ("completed", "native answer")

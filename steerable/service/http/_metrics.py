@@ -302,6 +302,7 @@ class _Timed:
 
     def __init__(self, inner: Any, seconds: Histogram) -> None:
         self._inner = inner
+        self.__wrapped__ = inner  # whose verbs' keywords the service asks about
         self._seconds = seconds
         self._store = type(inner).__name__
 
