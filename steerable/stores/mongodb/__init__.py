@@ -27,9 +27,10 @@ the writers of the older steerable before running it.
 
 The same store is the service's (:class:`steerable.service_store.ServiceStore`, with
 hints over a change stream): its collections come with step 3 (and step 4's indexes and
-counts, and step 6's transcript marks), and its writes are multi-document transactions, so
-the service needs a replica set (one node will do), where the transcript's verbs below run
-on a standalone ``mongod`` too. How it keeps leases, inputs, turns and events (and how a
+counts, and step 6's transcript marks), and its writes are multi-document transactions (an
+end that carries the turn's last save is one, the save's part first), so the service needs
+a replica set (one node will do), where the transcript's verbs below run on a standalone
+``mongod`` too. How it keeps leases, inputs, turns and events (and how a
 claim reads only what the claimer does not hold): :mod:`steerable.stores.mongodb._service`
 (and the modules it names). The :class:`~steerable.store.Rewritable` verbs (``truncate``,
 ``delete``) are transactions too, which check the service's running turn:

@@ -13,8 +13,12 @@ A step is one transaction of a handful of commands (the fenced service document,
 the head's count and tail ids, the offered steers when the counters say some are, the
 head's append, the input, turn and service updates, the events), none of which reads the
 transcript: its cost does not grow with it. After the commit a big tail is flushed to a
-chunk by the core's crash-safe flush. ``renew`` alone touches one document and is one
-``findAndModify``; ``stopping`` is one query on the index ``(h, sr)``.
+chunk by the core's crash-safe flush. An end that carries the turn's last save
+(``end_turn(last=..., at=...)``) is one transaction of a final step's commands and then the
+end's, less the end's fence (the step's lock holds) and its read of the length (the save
+says it): three commands fewer than the step and the end apart, one commit among them.
+``renew`` alone touches one document and is one ``findAndModify``; ``stopping`` is one
+query on the index ``(h, sr)``.
 
 A claim of a new turn counts the steers already offered to its prompt (offered while it
 was the head of the queue) as offered to the turn, so later offers respect its cap; its
@@ -49,10 +53,10 @@ stream (a cursor the driver reads on its pool) until it is left.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymongo import ReturnDocument
 from pymongo.asynchronous.client_session import AsyncClientSession
@@ -61,7 +65,7 @@ from pymongo.asynchronous.cursor import AsyncCursor
 from pymongo.errors import DuplicateKeyError
 
 from steerable import codec
-from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConflict
+from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.service_store import (
     Claim,
@@ -83,6 +87,7 @@ from steerable.stores.mongodb._queue import MongoQueue
 from steerable.stores.mongodb._transactions import Events
 from steerable.stores.mongodb._views import MongoServiceViews
 
+_T = TypeVar("_T")
 _SCAN = 16  # candidates a claim that names no session tries
 _IDS: Doc = {"i": 1}
 
@@ -342,18 +347,42 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         session = lease.session
         staged = layout.stage(session, [(m.id, codec.encode(m)) for m in messages])
         with reaching(f"save a step of session {session!r}"):
-            await self._check_migrated()
-            await self._write_blobs(staged)
-            try:
-                taken, head = await self._transaction(
-                    lambda s: self._step(s, lease, messages, staged, at, take, final)
-                )
-            except (Fenced, TranscriptConflict, InvalidMessage):
-                await self._drop_blobs(staged)  # surely not committed
-                raise
-            if head is not None and (head["tb"] >= layout.FLUSH_BYTES or head.get("mv")):
-                await self._flush(session, int(head.get("mv") or 0))
-        return taken
+            return await self._saving(
+                session, staged, lambda s: self._taken(s, lease, messages, staged, at, take, final)
+            )
+
+    async def _taken(
+        self,
+        s: AsyncClientSession,
+        lease: Lease,
+        messages: Sequence[Message],
+        staged: Staged,
+        at: int,
+        take: int,
+        final: bool,
+    ) -> tuple[list[Message], Doc | None]:
+        """A step's work as ``step`` commits it: the steers taken, and the head if written."""
+        taken, head, _ = await self._step(s, lease, messages, staged, at, take, final)
+        return taken, head
+
+    async def _saving(
+        self,
+        session: str,
+        staged: Staged,
+        body: Callable[[AsyncClientSession], Awaitable[tuple[_T, Doc | None]]],
+    ) -> _T:
+        """``body``'s transaction, which appends ``staged`` to the head: its blobs written
+        before (dropped again if it is refused), the head flushed after it if it grew big."""
+        await self._check_migrated()
+        await self._write_blobs(staged)
+        try:
+            result, head = await self._transaction(body)
+        except (Fenced, TranscriptConflict, InvalidMessage):
+            await self._drop_blobs(staged)  # surely not committed
+            raise
+        if head is not None and (head["tb"] >= layout.FLUSH_BYTES or head.get("mv")):
+            await self._flush(session, int(head.get("mv") or 0))
+        return result
 
     async def _step(
         self,
@@ -364,7 +393,9 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         at: int,
         take: int,
         final: bool,
-    ) -> tuple[list[Message], Doc | None]:
+    ) -> tuple[list[Message], Doc | None, Doc]:
+        """The step, in ``s``: the steers taken, the head if written, and the service
+        document as the step left it (locked: the end of the same transaction goes on)."""
         session = lease.session
         service = await self._fence(s, lease)
         name = service["run"]
@@ -406,7 +437,8 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         counts = {"ev": len(events.docs), "wt": -len(offered)}
         await self._service.update_one({"_id": session}, {"$inc": counts}, session=s)
         await events.write(self._events, s)
-        return taken, written
+        after = service | {name: int(service[name]) + n for name, n in counts.items()}
+        return taken, written, after
 
     async def _fresh(
         self, s: AsyncClientSession, session: str, offered: list[Doc], known: set[str]
@@ -458,19 +490,51 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
 
     # -- ends and stops --------------------------------------------------------------------
 
-    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
-        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
-        with reaching(f"end the turn of session {lease.session!r}"):
-            return await self._transaction(lambda s: self._end_turn(s, lease, outcome))
+    async def end_turn(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        last: Sequence[Message] = (),
+        at: int | None = None,
+    ) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any.
 
-    async def _end_turn(self, s: AsyncClientSession, lease: Lease, outcome: Outcome) -> str | None:
+        ``last`` (saved at ``at`` first): the final step's work and the end's in one
+        transaction, committed or refused together.
+        """
         session = lease.session
-        service = await self._fence(s, lease)
+        with reaching(f"end the turn of session {session!r}"):
+            if not last:
+                return await self._transaction(lambda s: self._end_turn(s, lease, outcome))
+            if at is None:
+                raise UsageError("end_turn(last=...) needs at=, the length the messages follow")
+            staged = layout.stage(session, [(m.id, codec.encode(m)) for m in last])
+
+            async def both(s: AsyncClientSession) -> tuple[str | None, Doc | None]:
+                _, head, service = await self._step(s, lease, last, staged, at, 0, True)
+                end = at + len(last)
+                return await self._end_turn(s, lease, outcome, service, end), head
+
+            return await self._saving(session, staged, both)
+
+    async def _end_turn(
+        self,
+        s: AsyncClientSession,
+        lease: Lease,
+        outcome: Outcome,
+        service: Doc | None = None,
+        end: int | None = None,
+    ) -> str | None:
+        """The end, in ``s``; after a step of the same transaction, given the service
+        document it locked and left and the transcript's length after it."""
+        session = lease.session
+        service = await self._fence(s, lease) if service is None else service
         name = service["run"]
         ended: Doc = {"st": outcome.state, "tx": json.dumps(outcome.text)}
         ended |= {"er": json.dumps(outcome.error) if outcome.error is not None else None}
         ended |= {"us": json.dumps(outcome.usage), "ea": service["now"]}
-        ended["end"] = await self._length(session, s)
+        ended["end"] = await self._length(session, s) if end is None else end
         await self._turns.update_one({"_id": key(session, name)}, {"$set": ended}, session=s)
         freed = [row["i"] for row in await self._offered(s, service, name, fields=_IDS)]
         if freed:  # each a turn of its own, in its place

@@ -26,7 +26,11 @@ step 1 on it again (idempotent) and records it.
 Every core verb is one round trip, a save-and-take included, whatever the pool's
 autocommit setting. The store is also a :class:`steerable.service_store.ServiceStore`:
 each service write is one transaction under the session's row lock, its step one round
-trip like the core's save; leases run on the server's clock. A claim reads and decodes
+trip like the core's save; an end that carries the turn's last save (``end_turn(last=...)``)
+appends it in the end's transaction, one statement more than an end alone (the core's lock;
+an insert that checks the length stands in for the end's read of it): as many statements
+as a final step and an end apart, in one call and one transaction instead of two; leases
+run on the server's clock. A claim reads and decodes
 only the messages the claimer does not hold under the transcript's mark (the service row's
 ``mark``, which ``truncate``, ``delete``, ``replace`` and a fork into the session set anew).
 The :class:`steerable.store.Rewritable` verbs (``truncate``, ``delete``) are each one

@@ -3,8 +3,12 @@
 Each write is one transaction of :mod:`._transaction`, under the session's service row
 lock (fencing is checked under it, a refusal rolls back whole); the step is one CALL of
 the schema's ``steerable_step_v1``, which does the same server side and also takes the
-core's lock, so the service's saves and the core's never interleave. The reads are
-:mod:`._views`'.
+core's lock, so the service's saves and the core's never interleave. An end that carries
+the turn's last save (``end_turn(last=..., at=...)``) appends it in the end's own
+transaction, under the service row lock that fences the end and then the core's lock, in
+one ``INSERT ... SELECT`` that inserts only at the transcript's length: the same statements
+a step and an end send apart, in one transaction instead of two (the procedure commits
+itself, so it cannot share one). The reads are :mod:`._views`'.
 
 Times are the server's clock, read in the transaction (UTC seconds since the Unix epoch,
 as exact decimals); a lease is live while its expiry is later than that clock. MySQL has
@@ -25,7 +29,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from steerable import codec
-from steerable.errors import QueueFull, SessionNotIdle, StoreUnavailable, TurnMismatch
+from steerable.errors import (
+    QueueFull,
+    SessionNotIdle,
+    StoreUnavailable,
+    TranscriptConflict,
+    TurnMismatch,
+    UsageError,
+)
 from steerable.messages import Message
 from steerable.service_store import (
     Accepted,
@@ -51,6 +62,8 @@ from steerable.stores.mysql._rows import (
 )
 from steerable.stores.mysql._schema import NOW, STEP
 from steerable.stores.mysql._transaction import (
+    CORE_LOCK,
+    LENGTH,
     Transactions,
     Tx,
     fenced,
@@ -256,35 +269,33 @@ class MySQLServiceTables(Transactions):
         where = f"a steer taken in session {lease.session!r}"
         return [codec.decode(text_of(id), body, where=where) for id, body in rows]
 
-    async def end_turn(self, lease: Lease, outcome: Outcome) -> str | None:
-        """Record the turn's end and release the lease; the next turn's prompt id, if any."""
+    async def end_turn(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        last: Sequence[Message] = (),
+        at: int | None = None,
+    ) -> str | None:
+        """Record the turn's end and release the lease; the next turn's prompt id, if any.
+
+        ``last`` (saved at ``at`` first) is appended in the end's transaction, under the
+        lock it takes to fence the lease: one statement more than an end without it (the
+        core's lock; the conditional insert stands in for the end's read of the length).
+        """
         usage = object_text(outcome.usage)
+        saved = _Last.of(lease.session, last, at) if last else None
 
         async def work(tx: Tx) -> str | None:
             svc, turn = await fenced(tx, lease)
-            session = lease.session
-            end = await length_of(tx, session)
-            error = None if outcome.error is None else json.dumps(outcome.error)
-            await tx.run(
-                "UPDATE steerable_turns SET state = %s, answer = %s, error = %s,"
-                f" end_position = %s, token_usage = %s, ended_at = {NOW}"
-                " WHERE session = %s AND id = %s",
-                (outcome.state, json.dumps(outcome.text), error, end, usage, session, turn.id),
-            )
-            # the steers offered and never taken: each a turn of its own, in its place
-            released = [text_of(r[0]) for r in await tx.rows(_OFFERED, (session, turn.id))]
-            await tx.run(_FREE, (session, turn.id))
-            data = {"state": outcome.state, "released": released}
-            await tx.emit(session, svc.events, [("turn_ended", turn.id, data)])
-            await tx.run(
-                "UPDATE steerable_service SET running = NULL, holder = NULL, expires = NULL,"
-                " queued = queued + %s, events = events + 1 WHERE session = %s",
-                (len(released), session),
-            )
-            following = await tx.rows(_HEAD, (session,))
-            return text_of(following[0][1]) if following else None
+            if saved is None:
+                end = await length_of(tx, lease.session)
+                return await _end(tx, lease.session, svc, turn, outcome, usage, end)
+            await saved.append(tx)
+            events = saved.events(turn.id)
+            return await _end(tx, lease.session, svc, turn, outcome, usage, saved.end, events)
 
-        return await self._atomic(lease.session, work)
+        return await self._atomic(lease.session, work, at=at)
 
     async def stop(self, session: str) -> str | None:
         """Ask the running turn to stop; its id, or None when no turn runs."""
@@ -321,6 +332,99 @@ class _Conditions:
     if_idle: bool
     expected_turn: str | None
     max_waiting: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Last:
+    """The turn's last save, given to its end: the messages to append at ``at``, as a
+    final step (no step counted, no steer taken) appends them."""
+
+    session: str
+    at: int
+    ids: list[str]
+    bodies: list[str]
+    data: list[dict[str, Any]]
+
+    @staticmethod
+    def of(session: str, messages: Sequence[Message], at: int | None) -> _Last:
+        if at is None:
+            raise UsageError("end_turn(last=...) needs at=, the length the messages follow")
+        check_id(session, "session id")
+        for message in messages:
+            check_id(message.id, "message id")
+        return _Last(
+            session,
+            at,
+            [m.id for m in messages],
+            [codec.encode(m) for m in messages],
+            [message_event(m, at + n) for n, m in enumerate(messages)],
+        )
+
+    @property
+    def end(self) -> int:
+        """The transcript's length after the save."""
+        return self.at + len(self.ids)
+
+    async def append(self, tx: Tx) -> None:
+        """Append the messages under the core's lock (taken after the service row's, as
+        the step procedure does); :class:`TranscriptConflict` unless ``at`` is the length,
+        :class:`InvalidMessage` (the messages' unique key) for an id stored already.
+
+        One ``INSERT ... SELECT`` that inserts only if the transcript's length is ``at``:
+        the length is read again only to say why it did not.
+        """
+        await tx.run(CORE_LOCK, (self.session,))
+        # the time is the column's default, as the step procedure's insert takes it
+        rows = " UNION ALL ".join(["SELECT %s, %s, %s, %s"] * len(self.ids))
+        args: list[object] = [
+            value
+            for n, (id, body) in enumerate(zip(self.ids, self.bodies, strict=True))
+            for value in (self.session, self.at + n, id, body)
+        ]
+        inserted = await tx.run(
+            "INSERT INTO steerable_messages (session, position, id, body)"
+            f" SELECT * FROM ({rows}) AS m WHERE ({LENGTH}) = %s",
+            [*args, self.session, self.at],
+        )
+        if inserted != len(self.ids):
+            raise TranscriptConflict(self.session, self.at, await length_of(tx, self.session))
+
+    def events(self, turn: str) -> list[tuple[EventKind, str | None, Any]]:
+        """The messages' ``message`` events, as the step procedure writes them."""
+        return [("message", turn, data) for data in self.data]
+
+
+async def _end(
+    tx: Tx,
+    session: str,
+    svc: ServiceRow,
+    turn: TurnRow,
+    outcome: Outcome,
+    usage: str | None,
+    end: int,
+    events: Sequence[tuple[EventKind, str | None, Any]] = (),
+) -> str | None:
+    """End ``turn`` (fenced, locked) at ``end`` after ``events``; the next prompt's id."""
+    error = None if outcome.error is None else json.dumps(outcome.error)
+    await tx.run(
+        "UPDATE steerable_turns SET state = %s, answer = %s, error = %s,"
+        f" end_position = %s, token_usage = %s, ended_at = {NOW}"
+        " WHERE session = %s AND id = %s",
+        (outcome.state, json.dumps(outcome.text), error, end, usage, session, turn.id),
+    )
+    # the steers offered and never taken: each a turn of its own, in its place
+    released = [text_of(r[0]) for r in await tx.rows(_OFFERED, (session, turn.id))]
+    await tx.run(_FREE, (session, turn.id))
+    data = {"state": outcome.state, "released": released}
+    written = [*events, ("turn_ended", turn.id, data)]
+    await tx.emit(session, svc.events, written)
+    await tx.run(
+        "UPDATE steerable_service SET running = NULL, holder = NULL, expires = NULL,"
+        " queued = queued + %s, events = events + %s WHERE session = %s",
+        (len(released), len(written), session),
+    )
+    following = await tx.rows(_HEAD, (session,))
+    return text_of(following[0][1]) if following else None
 
 
 async def _target(tx: Tx, session: str, svc: ServiceRow, running: TurnRow | None) -> str | None:

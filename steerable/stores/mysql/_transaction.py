@@ -38,6 +38,7 @@ from steerable.stores.mysql._schema import NOW
 
 __all__ = [
     "CORE_LOCK",
+    "LENGTH",
     "Transactions",
     "Tx",
     "fenced",
@@ -49,7 +50,8 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-_LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = %s"
+LENGTH = "SELECT COALESCE(MAX(position) + 1, 0) FROM steerable_messages WHERE session = %s"
+"""The transcript's length, a statement of one ``session`` parameter."""
 
 CORE_LOCK = (
     "INSERT INTO steerable_sessions (session) VALUES (%s) ON DUPLICATE KEY UPDATE session = session"
@@ -120,7 +122,7 @@ async def fenced(tx: Tx, lease: Lease) -> tuple[ServiceRow, TurnRow]:
 
 async def length_of(tx: Tx, session: str) -> int:
     """How many messages the session's transcript holds, read in the transaction."""
-    rows = await tx.rows(_LENGTH, (session,))
+    rows = await tx.rows(LENGTH, (session,))
     return int(rows[0][0])
 
 

@@ -25,6 +25,7 @@ from pymongo import AsyncMongoClient, monitoring
 
 from steerable.errors import InvalidMessage, StoreUnavailable
 from steerable.messages import Message, ToolCall, ToolResult, assistant, new_id, user
+from steerable.service_store import Input, Outcome
 from steerable.store import Steer
 from steerable.stores.mongodb import MongoStore, migrate
 from tests.stores.mongodb._server import (
@@ -307,6 +308,34 @@ async def test_a_step_nobody_steers_is_one_command() -> None:
             transcript = await store.messages(sid)
         assert sent == ["find", "find", "find"]  # steers; the head, then its chunks
         assert len(transcript) == at + 2
+
+
+async def test_an_end_with_its_last_save_is_three_commands_fewer_than_a_step_and_an_end() -> None:
+    """One transaction (one commit), the end going on under the lock the step's part took
+    (no second fence) and knowing the length the save leaves (no read of it)."""
+    commands = Commands()
+    async with store_in_test_db(event_listeners=[commands]) as store:
+        sent: dict[bool, list[str]] = {}
+        for together in (False, True):
+            sid = _sid()
+            await store.enqueue(sid, Input("send", "go", "p"))
+            claim = await store.claim("a", seconds=60, cap=16, session=sid)
+            assert claim is not None
+            await store.step(claim.lease, [user("go", id="p")], at=0, take=16)
+            done, answer = Outcome("completed"), [assistant("a")]
+            with commands.recording() as names:
+                if together:
+                    await store.end_turn(claim.lease, done, last=answer, at=1)
+                else:
+                    await store.step(claim.lease, answer, at=1, take=0, final=True)
+                    await store.end_turn(claim.lease, done)
+            sent[together] = list(names)
+            assert [m.text for m in await store.messages(sid)] == ["go", "a"]
+        apart, together_ = sent[False], sent[True]
+        assert len(together_) == len(apart) - 3, (apart, together_)
+        assert together_.count("commitTransaction") == apart.count("commitTransaction") - 1 == 1
+        assert together_.count("findAndModify") == apart.count("findAndModify") - 1
+        assert together_.count("find") == apart.count("find") - 1
 
 
 async def test_the_commands_of_a_save_with_a_blob_and_a_flush() -> None:

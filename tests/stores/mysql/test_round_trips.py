@@ -1,5 +1,6 @@
 """A step costs one round trip: the save and the take are one statement, the core's and the
-service's (fenced) alike. A fork is the same eight statements however many messages it
+service's (fenced) alike; an end that carries the turn's last save costs one statement
+more than an end without it. A fork is the same eight statements however many messages it
 copies: the server copies them.
 
 Counted by the server: ``Questions`` counts the statements a client sent on its
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from steerable.messages import assistant, new_id, user
-from steerable.service_store import Input
+from steerable.service_store import Input, Outcome
 from steerable.store import Steer
 from steerable.stores.mysql import MySQLStore
 from tests.stores.mysql import server
@@ -99,6 +100,38 @@ async def test_a_service_step_is_one_statement_steered_or_not(autocommit: bool) 
             assert [m.id for m in taken] == ["s"]
 
         assert await _statements(pool, steered) == 1
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
+async def test_an_end_with_its_last_save_is_one_statement_more_than_without(
+    autocommit: bool,
+) -> None:
+    # the save the end carries takes the core's lock and inserts, in the end's transaction
+    # under its fence; the end's read of the length serves as the save's check, and the
+    # messages' events go in the end's one insert of events: as many statements as a final
+    # step (one CALL) and an end apart, in one call and one transaction
+    async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
+        store = MySQLStore(pool)
+        counts = []
+        for last, apart in (([], False), ([assistant("a")], False), ([assistant("a")], True)):
+            for more in (last, [*last, assistant("b")]) if last else ([],):
+                sid = f"mysql-{new_id()}"
+                await store.enqueue(sid, Input("send", "go", "p"))
+                claim = await store.claim("a", seconds=60, cap=16, session=sid)
+                assert claim is not None
+                await store.step(claim.lease, [user("go", id="p")], at=0, take=16)
+
+                async def end(claim: Any = claim, more: Any = more, apart: bool = apart) -> None:
+                    if apart:
+                        await store.step(claim.lease, more, at=1, take=0, final=True)
+                        await store.end_turn(claim.lease, Outcome("completed"))
+                    else:
+                        await store.end_turn(claim.lease, Outcome("completed"), last=more, at=1)
+
+                counts.append(await _statements(pool, end))
+                assert len(await store.messages(sid)) == 1 + len(more)
+        alone, one, two, step_one, step_two = counts
+        assert one == two == alone + 1 == step_one == step_two
 
 
 @pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])

@@ -12,7 +12,7 @@ import pytest
 
 from steerable import codec
 from steerable.errors import Fenced
-from steerable.messages import assistant, user
+from steerable.messages import Message, ToolCall, assistant, user
 from steerable.service_store import Input, Lease, Outcome
 from steerable.store import Steer
 from steerable.stores.mysql import MIGRATIONS, MySQLStore, migrate
@@ -182,6 +182,26 @@ async def test_only_sessions_with_work_are_in_the_claim_index(store: MySQLStore)
     await store.end_turn(claim.lease, Outcome("completed", "done"))
     claimable, _ = await _claimable(sid)
     assert claimable is None  # idle: not in the index at all
+
+
+async def test_an_end_s_last_save_stores_what_a_step_stores(store: MySQLStore) -> None:
+    """The end's own insert (not the step procedure's) keeps big and non-ASCII bodies and
+    raw tool arguments byte for byte, and stamps each message with the server's time."""
+    call = Message("assistant", (ToolCall("c1", "f", '{"a":  1, "b":"\\u00e9"}'),))
+    last = [assistant("é😀 \\ ' \" " * 100_000), call, assistant("x" * 70_000)]
+    for sid, ends in (("by-step", False), ("by-end", True)):
+        await store.enqueue(sid, Input("send", "go", "p"))
+        claim = await store.claim("a", seconds=60, cap=16, session=sid)
+        assert claim is not None
+        await store.step(claim.lease, [user("go", id="p")], at=0, take=16)
+        if ends:
+            await store.end_turn(claim.lease, Outcome("completed"), last=last, at=1)
+        else:
+            await store.step(claim.lease, last, at=1, take=0, final=True)
+            await store.end_turn(claim.lease, Outcome("completed"))
+        assert (await store.messages(sid))[1:] == last
+    bodies = "SELECT position, body, at IS NOT NULL FROM steerable_messages WHERE session = %s"
+    assert await server.query(bodies, ("by-end",)) == await server.query(bodies, ("by-step",))
 
 
 async def test_lease_times_do_not_depend_on_the_connection_s_time_zone() -> None:
