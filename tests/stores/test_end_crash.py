@@ -6,17 +6,19 @@ it at a random moment, many times, aimed at the end, then reads every session it
 A turn is ended with its answer stored, or still running with no answer: never ended
 without its answer, nor its answer stored (or its events logged) by a turn that runs on.
 
-Postgres only: the stores that save and end in one operation join as they do.
+Every store that runs in a process of its own (SQLite, Postgres, MySQL/MariaDB, MongoDB),
+through the crash tests' shared ``store_url`` fixture.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from tests.stores.test_rewrite_crash import killed_rounds
+from tests.stores.test_rewrite_crash import killed_rounds, store_url
+
+__all__ = ["store_url"]  # the fixture, used by name
 
 State = tuple[int, str | None, int | None, tuple[str, ...]]
 
@@ -32,15 +34,6 @@ _AFTER: dict[int | None, State] = {
         ("input", "turn_started", "message", "step", "message", "message", "message", "turn_ended"),
     ),
 }
-
-
-@pytest.fixture
-async def store_url() -> AsyncIterator[str]:
-    """The URL of a fresh Postgres database."""
-    from tests.stores.postgres.support import fresh_database, url_of  # asyncpg: this store
-
-    async with fresh_database("steerable_end_") as name:
-        yield url_of(name)
 
 
 async def _state(store: Any, sid: str) -> State:
