@@ -35,10 +35,12 @@ transaction left open and drops the connection's listener callbacks on every rel
 
 A save-and-take is one statement with data-modifying CTEs: it appends the messages, takes
 the oldest waiting steers under row locks and records them after the messages, as one
-implicit transaction. A save that does not extend the stored transcript, whether it is
-behind or leaves a gap, or that lost a race for its position while it waited on a steer's
-lock, raises :class:`steerable.errors.TranscriptConflict` and changes nothing; concurrent
-takers in any number of processes get each steer exactly once, oldest first.
+implicit transaction (a save that takes none, ``take=0``, runs the same statement without
+the steers' part, which the server runs faster). A save that does not extend the stored
+transcript, whether it is behind or leaves a gap, or that lost a race for its position
+while it waited on a steer's lock, raises :class:`steerable.errors.TranscriptConflict` and
+changes nothing; concurrent takers in any number of processes get each steer exactly once,
+oldest first.
 
 The two :class:`steerable.store.Rewritable` verbs are the exception: ``truncate`` and
 ``delete`` are each one READ COMMITTED transaction of a few statements on one connection

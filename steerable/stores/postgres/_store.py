@@ -54,7 +54,10 @@ __all__ = ["APPLY", "Pool", "PostgresStore", "translated"]
 # - The main query reads `took` before `written` runs (an unreferenced data-modifying CTE
 #   runs last), so every steer lock is held before any message row is inserted, and rows
 #   go in by ascending position: two savers cannot deadlock on each other's rows.
-_SAVE = """
+# A save that takes nothing (`take=0`) runs `_SAVE_ONLY`: the same statement without the
+# steers' CTEs (with none to take, `moved` is `gone`), which the server runs in about 60%
+# of the time (a plan's every node is started and ended, also one that finds no row).
+_PLACE = """
 WITH stored AS (
     SELECT coalesce(max(position) + 1, 0) AS n FROM steerable_messages WHERE session = $1
 ), ok AS (
@@ -65,7 +68,19 @@ WITH stored AS (
     FOR KEY SHARE
 ), gone AS (
     SELECT EXISTS (SELECT FROM ok WHERE n > 0) AND NOT EXISTS (SELECT FROM prior) AS yes
-), seen AS (
+)"""
+
+_SAVE_ONLY = f"""{_PLACE}, written AS (
+    INSERT INTO steerable_messages (session, position, id, body)
+    SELECT $1, ok.n + m.i - 1, m.id, m.body
+    FROM ok, unnest($3::text[], $4::text[]) WITH ORDINALITY AS m (id, body, i)
+    WHERE NOT (SELECT yes FROM gone)
+    ORDER BY m.i
+)
+SELECT stored.n, gone.yes, 0::bigint, NULL::text, NULL::text FROM stored CROSS JOIN gone
+"""
+
+_SAVE = f"""{_PLACE}, seen AS (
     SELECT seq, taken FROM steerable_steers
     WHERE seq IN (
         SELECT seq FROM steerable_steers
@@ -232,7 +247,10 @@ class PostgresStore(PostgresServiceTables, PostgresRewritable, PostgresForkable,
         for _ in range(_RETRIES):
             with translated(f"save session {session!r}"):
                 try:
-                    rows = await self.pool.fetch(_SAVE, session, at, ids, bodies, take)
+                    if take:
+                        rows = await self.pool.fetch(_SAVE, session, at, ids, bodies, take)
+                    else:
+                        rows = await self.pool.fetch(_SAVE_ONLY, session, at, ids, bodies)
                 except asyncpg.UniqueViolationError as exc:
                     if at is None and exc.constraint_name == _POSITION_KEY:
                         continue  # a writer appended first; take again at the new end

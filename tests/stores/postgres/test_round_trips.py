@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from steerable.messages import assistant, new_id, user
 from steerable.store import Steer
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import create_pool, server_address
+from tests.stores.postgres.support import DSN, create_pool, server_address
 from tests.stores.postgres.wire import Wire
 
 
@@ -47,6 +48,33 @@ async def test_a_save_and_take_is_one_round_trip(wire: Wire, database: str, stee
         wire.sent.clear()
         await store.take_steers(sid, at=None, limit=16)
         assert (wire.round_trips, wire.sent["E"]) == (1, 1), wire.sent
+    finally:
+        await pool.close()
+
+
+async def test_a_save_taking_nothing_is_one_round_trip(wire: Wire, database: str) -> None:
+    # `take=0` runs a statement of its own, without the steers' part: a waiting steer waits on
+    pool = await create_pool(
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+    )
+    try:
+        store = PostgresStore(pool)
+        sid = f"pg-{new_id()}"
+        await store.save(sid, [user("prompt")], at=0)  # prepares the statement
+        await store.steer(sid, Steer("use celsius", "s1"))
+        wire.sent.clear()
+        assert await store.save(sid, [assistant("calling"), user("result")], at=1) == []
+        assert (wire.round_trips, wire.sent["E"], wire.sent["P"]) == (1, 1, 0), wire.sent
+        async with pool.acquire() as connection:
+            pid = connection.get_server_pid()
+        admin = await asyncpg.connect(DSN)
+        try:
+            ran = await admin.fetchval("SELECT query FROM pg_stat_activity WHERE pid = $1", pid)
+        finally:
+            await admin.close()
+        assert "INSERT INTO steerable_messages" in ran and "steerable_steers" not in ran, ran
+        assert [s.id for s in await store.steers(sid)] == ["s1"]
+        assert len(await store.messages(sid)) == 3
     finally:
         await pool.close()
 
