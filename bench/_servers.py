@@ -143,11 +143,17 @@ async def mongodb_database(tag: str, pool: int = 100) -> AsyncIterator[tuple[Any
         await client.close()
 
 
-async def postgres_pool(db: Database, size: int) -> Any:
-    """An asyncpg pool of ``size`` connections on ``db``."""
+async def postgres_pool(db: Database, size: int, **options: Any) -> Any:
+    """An asyncpg pool of ``size`` connections on ``db`` (``options``: more of its settings)."""
     asyncpg = driver("asyncpg", "postgres")
     return await asyncpg.create_pool(
-        host=db.host, port=db.port, user=db.user, database=db.name, min_size=size, max_size=size
+        host=db.host,
+        port=db.port,
+        user=db.user,
+        database=db.name,
+        min_size=size,
+        max_size=size,
+        **options,
     )
 
 

@@ -5,8 +5,12 @@ A step is what ``Session.save`` stores between two model requests: two messages 
 session's transcript in one durable commit. steerable is timed on ``Session.save(transcript,
 take=16)``, the call its loop makes at a step (it also takes waiting steers, in the same
 transaction; none wait here), and on ``Session.save(transcript)`` (``take=0``) to show what
-the take costs. The floor writes the same two rows into a table of the store's own shape
-(the store's own ``steerable_messages`` table: its columns, its indexes), in the cheapest
+the take costs. On Postgres the store's pool resets with ``reset_when_needed``, as the one
+``steerable serve --store postgresql://...`` makes (no reset query after each call); a
+third column times ``take=16`` over a pool with asyncpg's default reset, as an application's
+default pool gives the store. The floor writes the same two rows into a table of the
+store's own shape (the store's own ``steerable_messages`` table: its columns, its indexes),
+in the cheapest
 durable way we know, with the rows' text encoded beforehand and the position known:
 
 - SQLite: one two-row ``INSERT`` (its own implicit transaction) with ``sqlite3`` on the
@@ -59,6 +63,7 @@ from bench._servers import (
     postgres_pool,
     steerable_mysql,
     steerable_postgres,
+    store_module,
 )
 from steerable import Message, Session, Store, ToolCall, ToolResult, codec, user
 from steerable.stores._sqlite_rows import CLOCK
@@ -66,6 +71,7 @@ from steerable.stores.sqlite import SQLiteStore
 
 OURS = "steerable"
 NO_TAKE = "steerable take=0"
+DEFAULT_RESET = "steerable default reset"
 FLOOR = "floor"
 THREAD = "floor to_thread"
 
@@ -298,17 +304,29 @@ async def postgres_backend() -> AsyncIterator[Backend]:
     async with contextlib.AsyncExitStack() as stack:
         db = await stack.enter_async_context(postgres_database("floor"))
         asyncpg = driver("asyncpg", "postgres")
-        pool = await postgres_pool(db, 2)
+        postgres = store_module("postgres")
+        pool = await postgres_pool(db, 2, reset=postgres.reset_when_needed)
         stack.push_async_callback(pool.close)
         store = await steerable_postgres(pool)
+        default_pool = await postgres_pool(db, 2)
+        stack.push_async_callback(default_pool.close)
         conn = await asyncpg.connect(host=db.host, port=db.port, user=db.user, database=db.name)
         stack.push_async_callback(conn.close)
         server = await conn.fetchval("SHOW server_version")
         sync = await conn.fetchval("SHOW synchronous_commit")
         yield Backend(
             f"Postgres {server.split()[0]}",
-            [Steerable(store, 16), Steerable(store, 0, NO_TAKE), PostgresFloor(conn)],
-            [f"Postgres: synchronous_commit={sync}; asyncpg {version('asyncpg')}"],
+            [
+                Steerable(store, 16),
+                Steerable(store, 0, NO_TAKE),
+                Steerable(postgres.PostgresStore(default_pool), 16, DEFAULT_RESET),
+                PostgresFloor(conn),
+            ],
+            [
+                f"Postgres: synchronous_commit={sync}; asyncpg {version('asyncpg')}; steerable's"
+                " pool resets with reset_when_needed (as `steerable serve` makes it), the"
+                " default-reset column's with asyncpg's default reset query"
+            ],
         )
 
 
@@ -433,12 +451,13 @@ def report(result: dict[str, Any]) -> str:
         "steerable / floor",
         "to_thread floor µs/step",
         "steerable / to_thread floor",
+        "default-reset pool µs/step",
     ]
     rows = []
     for store, per_size in result["stores"].items():
         for messages, entry in per_size.items():
             us, ratios = entry["us_per_step"], entry["ratio"]
-            thread = us.get(THREAD)
+            thread, default = us.get(THREAD), us.get(DEFAULT_RESET)
             rows.append(
                 [
                     store,
@@ -449,6 +468,7 @@ def report(result: dict[str, Any]) -> str:
                     _x(ratios.get(FLOOR)),
                     "-" if thread is None else micros(thread / 1e6),
                     _x(ratios.get(THREAD)),
+                    "-" if default is None else micros(default / 1e6),
                 ]
             )
     return table(headers, rows)

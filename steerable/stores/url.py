@@ -92,10 +92,12 @@ async def open_url(url: str) -> AsyncIterator[Any]:
 async def _postgres(parts: Any, size: int) -> AsyncIterator[Any]:
     import asyncpg  # type: ignore[import-untyped]
 
-    from steerable.stores.postgres import PostgresStore
+    from steerable.stores.postgres import PostgresStore, reset_when_needed
 
     dsn = urlunsplit(("postgresql", parts.netloc, parts.path, "", ""))
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=size)
+    # the pool is the store's alone, and the store leaves no session state it has not
+    # marked: no reset query after every call (see steerable.stores.postgres)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=size, reset=reset_when_needed)
     try:
         yield PostgresStore(pool)
     finally:

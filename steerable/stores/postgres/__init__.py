@@ -16,16 +16,33 @@ and one newer, asking for a newer steerable. Each store object runs that check o
 its first call (one query in its lifetime), and refuses every verb until it passes. A
 database set up with the ``SCHEMA`` script of earlier releases is at version 1 already.
 
-Every verb is one SQL statement, so one round trip once asyncpg has prepared it on the
-connection. (A default asyncpg pool also sends a reset query as each connection goes back;
-a pool created with a ``reset`` that sends nothing saves that trip, when nothing else
-leaves session state on its connections.) A save-and-take is one statement with
-data-modifying CTEs: it appends the messages, takes the oldest waiting steers under row
-locks and records them after the messages, as one implicit transaction. A save that does
-not extend the stored transcript, whether it is behind or leaves a gap, or that lost a race
-for its position while it waited on a steer's lock, raises
-:class:`steerable.errors.TranscriptConflict` and changes nothing; concurrent takers in any
-number of processes get each steer exactly once, oldest first.
+Every verb is one SQL statement (a save two when a steer waits, below), so one round trip
+once asyncpg has prepared it on the connection. A default asyncpg pool adds one more as
+each connection goes back: its reset query (``SELECT pg_advisory_unlock_all(); CLOSE ALL;
+UNLISTEN *; RESET ALL``). A pool made with ``reset=reset_when_needed`` sends that query
+only for a connection marked with :func:`mark_for_reset`, and nothing for any other::
+
+    pool = await asyncpg.create_pool(dsn, reset=postgres.reset_when_needed)
+
+The store marks the connections it leaves session state on (the ``LISTEN`` of ``hints()``
+and of the service's live events, the advisory lock :func:`migrate` holds) and unmarks
+them once it has undone that state, so over a pool of its own (``steerable serve --store
+postgresql://...`` makes one so) nothing is lost. What it costs a pool the application's
+own code shares: session state that code leaves without marking the connection (a session
+``SET``, ``LISTEN``, a ``WITH HOLD`` cursor, a session advisory lock) reaches the
+connection's next user, steerable's calls included. asyncpg itself still rolls back a
+transaction left open and drops the connection's listener callbacks on every release.
+
+A save-and-take is one statement with data-modifying CTEs: it appends the messages, takes
+the oldest waiting steers under row locks and records them after the messages, as one
+implicit transaction. A save runs it only when a steer waits: its first statement appends
+the messages unless one does (so with ``take=0``, or no steer waiting, a save is that one
+statement, which the server runs in about 60% of the time), and when one waits it writes
+nothing and the save-and-take runs, a second round trip. A save that does not extend the stored
+transcript, whether it is behind or leaves a gap, or that lost a race for its position
+while it waited on a steer's lock, raises :class:`steerable.errors.TranscriptConflict` and
+changes nothing; concurrent takers in any number of processes get each steer exactly once,
+oldest first.
 
 The two :class:`steerable.store.Rewritable` verbs are the exception: ``truncate`` and
 ``delete`` are each one READ COMMITTED transaction of a few statements on one connection
@@ -79,7 +96,16 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     raise missing_extra("steerable.stores.postgres", "postgres", "asyncpg", exc) from None
 
 from steerable.stores.postgres._migrate import migrate
+from steerable.stores.postgres._reset import mark_for_reset, reset_when_needed
 from steerable.stores.postgres._schema import MIGRATIONS, SCHEMA_VERSION
 from steerable.stores.postgres._store import Pool, PostgresStore
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Pool", "PostgresStore", "migrate"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Pool",
+    "PostgresStore",
+    "mark_for_reset",
+    "migrate",
+    "reset_when_needed",
+]

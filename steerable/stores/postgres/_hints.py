@@ -16,6 +16,7 @@ from typing import Any
 
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.service_store import Hint
+from steerable.stores.postgres._reset import mark_for_reset, unmark
 from steerable.stores.postgres._statements import CHANNEL, Statements
 from steerable.stores.postgres._translate import translated
 
@@ -45,6 +46,7 @@ class PostgresHints(Statements):
         async with AsyncExitStack() as stack:
             with translated("listen for hints"):
                 connection = await stack.enter_async_context(acquire())
+                mark_for_reset(connection)  # until UNLISTEN has run (see ._reset)
                 await connection.add_listener(CHANNEL, listener.heard)
             connection.add_termination_listener(listener.lost)
             try:
@@ -55,6 +57,7 @@ class PostgresHints(Statements):
                     connection.remove_termination_listener(listener.lost)
                     with translated("stop listening for hints"):
                         await connection.remove_listener(CHANNEL, listener.heard)
+                    unmark(connection)
 
 
 class _Listener:

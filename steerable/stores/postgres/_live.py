@@ -31,6 +31,7 @@ from steerable.service.http._live import (
     Positions,
     Subscription,
 )
+from steerable.stores.postgres._reset import mark_for_reset, unmark
 
 __all__ = ["CHANNEL", "PostgresLive"]
 
@@ -227,12 +228,19 @@ class PostgresLive:
     async def _listen_once(self) -> None:
         async with self.pool.acquire() as connection:
             lost = asyncio.Event()
+
+            def gone(_: Any) -> None:
+                lost.set()
+
+            mark_for_reset(connection)  # until UNLISTEN has run (see ._reset)
             await connection.add_listener(CHANNEL, self._heard)
-            connection.add_termination_listener(lambda _: lost.set())
+            connection.add_termination_listener(gone)
             self.listening.set()
             try:
                 await lost.wait()
             finally:
                 if not lost.is_set():
+                    connection.remove_termination_listener(gone)
                     with contextlib.suppress(Exception):
                         await connection.remove_listener(CHANNEL, self._heard)
+                        unmark(connection)

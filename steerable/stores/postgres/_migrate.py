@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from steerable.stores.migrations import pending, refusal
+from steerable.stores.postgres._reset import mark_for_reset, unmark
 from steerable.stores.postgres._schema import MIGRATIONS
 from steerable.stores.postgres._translate import APPLY, translated
 
@@ -45,12 +46,14 @@ async def migrate(pool: Any) -> list[int]:
     applied: list[int] = []
     with translated("apply the steerable migrations"):
         async with _connection(pool) as connection:
+            mark_for_reset(connection)  # until the run lock is let go (see ._reset)
             await connection.execute(_RUN_LOCK)
             try:
                 while step := await _next_step(connection):
                     applied.append(step)
             finally:
                 await connection.execute(_RUN_UNLOCK)
+            unmark(connection)
     return applied
 
 

@@ -113,7 +113,9 @@ async def test_a_save_cut_off_after_it_committed_is_stored_whole(database: str) 
         await store.save(sid, [prompt], at=0)
         await store.steer(sid, steer)
         step = [assistant("calling"), user("result")]
-        wire.cut_on_reply = True
+        # the first statement finds the steer and writes nothing; the line dies as the
+        # server answers the second, which saved and took it
+        wire.cut_on_reply, wire.replies_before_cut = True, 1
         with pytest.raises(StoreUnavailable):
             await store.save(sid, step, at=1, take=16)
         assert wire.cuts == 1

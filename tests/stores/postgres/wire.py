@@ -29,6 +29,7 @@ class Wire(Relay):
         super().__init__(host, port)
         self.sent: Counter[str] = Counter()  # client messages by type: "S" Sync, "Q" Query
         self.cut_on_reply = False  # cut the line when the server answers the next Execute
+        self.replies_before_cut = 0  # ... after letting this many answers through first
         self.cuts = 0
         self._armed: set[asyncio.StreamWriter] = set()
 
@@ -57,7 +58,9 @@ class Wire(Relay):
                 self.sent[tag] += 1
                 executed = executed or tag == "E"
                 if tag == "S":
-                    if executed and self.cut_on_reply:
+                    if executed and self.cut_on_reply and self.replies_before_cut:
+                        self.replies_before_cut -= 1
+                    elif executed and self.cut_on_reply:
                         self._armed.add(client)
                     executed = False
                 server.write(kind + head + body)
