@@ -7,7 +7,7 @@ replica does nothing but hold the turns. Over a window of ``--window`` seconds e
 call it makes is counted, by verb, with the process's CPU time. Two ways to renew:
 
 - **together** (the replica as it is): one ``renew_many`` call per ``renew_every`` for every
-  lease it holds, at most 500 a call;
+  lease it holds, at most ``RENEW_BATCH`` (100) a call;
 - **per turn** (before): the same replica over a store whose ``renew_many`` makes one
   ``renew`` per lease, all at once: the calls the replica made when each turn had a renewal
   task of its own.
