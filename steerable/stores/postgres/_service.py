@@ -299,6 +299,27 @@ SELECT {FLAGS}, EXISTS (SELECT FROM held) AS holds, (SELECT n FROM stored) AS n,
 FROM (SELECT) AS one LEFT JOIN recorded ON true ORDER BY recorded.seq
 """
 
+
+def _freeing(turn: str) -> str:
+    """The CTEs of a turn's end that free the steers offered to the running turn ``turn``
+    (a CTE of its id) and never taken (``freed``, ``unoffered``), and find the next turn's
+    prompt (``following``): the first input then waiting to be a turn."""
+    return f"""freed AS (
+    SELECT i.seq, i.id FROM steerable_inputs i, {turn}
+    WHERE i.session = $1 AND i.state = 'waiting' AND i.turn = {turn}.id
+), unoffered AS (
+    UPDATE steerable_inputs i SET turn = NULL
+    WHERE i.session = $1 AND i.seq IN (SELECT seq FROM freed)
+), following AS (
+    SELECT q.id FROM (
+        SELECT i.seq, i.id FROM steerable_inputs i
+        WHERE i.session = $1 AND i.state = 'waiting' AND i.turn IS NULL
+            AND EXISTS (SELECT FROM {turn})
+        UNION ALL
+        SELECT seq, id FROM freed
+    ) AS q ORDER BY q.seq LIMIT 1"""
+
+
 # $4 state, $5 answer, $6 error (both json.dumps text), $7 usage (JSON text). The steers
 # offered and never taken wait again, each a turn of its own in its place (the event lists
 # them as `released`); the next turn's prompt is the first of the inputs then waiting to be
@@ -310,20 +331,7 @@ WITH {LOCKED}, {_HELD}, stored AS (
     UPDATE steerable_turns t SET state = $4, answer = $5, error = $6, end_position = stored.n,
         usage = $7, ended_at = now()
     FROM held, stored WHERE t.session = $1 AND t.id = held.id
-), freed AS (
-    SELECT i.seq, i.id FROM steerable_inputs i, held
-    WHERE i.session = $1 AND i.state = 'waiting' AND i.turn = held.id
-), unoffered AS (
-    UPDATE steerable_inputs i SET turn = NULL
-    WHERE i.session = $1 AND i.seq IN (SELECT seq FROM freed)
-), following AS (
-    SELECT q.id FROM (
-        SELECT i.seq, i.id FROM steerable_inputs i
-        WHERE i.session = $1 AND i.state = 'waiting' AND i.turn IS NULL
-            AND EXISTS (SELECT FROM held)
-        UNION ALL
-        SELECT seq, id FROM freed
-    ) AS q ORDER BY q.seq LIMIT 1
+), {_freeing("held")}
 ), logged AS (
     INSERT INTO steerable_events (session, id, kind, turn, data)
     SELECT $1, held.events + 1, 'turn_ended', held.id, json_build_object(
@@ -364,20 +372,7 @@ WITH {LOCKED}, {_HELD}, stored AS (
     UPDATE steerable_turns t SET state = $4, answer = $5, error = $6,
         end_position = ok.n + cardinality($9::text[]), usage = $7, ended_at = now()
     FROM ok WHERE t.session = $1 AND t.id = ok.id
-), freed AS (
-    SELECT i.seq, i.id FROM steerable_inputs i, ok
-    WHERE i.session = $1 AND i.state = 'waiting' AND i.turn = ok.id
-), unoffered AS (
-    UPDATE steerable_inputs i SET turn = NULL
-    WHERE i.session = $1 AND i.seq IN (SELECT seq FROM freed)
-), following AS (
-    SELECT q.id FROM (
-        SELECT i.seq, i.id FROM steerable_inputs i
-        WHERE i.session = $1 AND i.state = 'waiting' AND i.turn IS NULL
-            AND EXISTS (SELECT FROM ok)
-        UNION ALL
-        SELECT seq, id FROM freed
-    ) AS q ORDER BY q.seq LIMIT 1
+), {_freeing("ok")}
 ), ev AS (
     SELECT new.i, 'message' AS kind, json_build_object('position', ok.n + new.i,
         'id', new.id, 'role', new.role, 'steered', new.steered)::text AS data
