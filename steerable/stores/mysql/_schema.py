@@ -530,7 +530,7 @@ END""",
 
 # Step 7: the save and the step, as steps 1 and 2 made them, but answering their steers only
 # when they took some. A result set costs the server and the client more than the rest of
-# a small save but its INSERT (measured 2026-12-04 on MariaDB 10.11: about 80-140 us of a
+# a small save but its INSERT (measured 2026-12-04 on MariaDB 10.11: about 80-145 us of a
 # 610-770 us CALL of steerable_save_v1, whose floor is a 300-350 us autocommit INSERT), and
 # the final SELECT could only find the steers just recorded: with none taken, it found
 # nothing. A CALL without it answers no rows, which the client reads as none taken. The new
