@@ -13,9 +13,10 @@ The store runs no DDL: its schema is :data:`MIGRATIONS`, an ordered list of vers
 (the core's three tables and save procedure, then the service's four tables and step
 procedure, then the metadata, times and usage columns and the keys of the bounded views
 and the stop poll, then the tool journal's table, then an input's trace column, then the
-transcript's mark on the service row), which the application applies with :func:`migrate`
-where it runs its own migrations; :data:`SCHEMA_VERSION` is the version this steerable
-needs. :meth:`MySQLStore.check_schema` (the
+transcript's mark on the service row, then the save and step procedures' second
+versions, which answer their steers only when they took some), which the application
+applies with :func:`migrate` where it runs its own migrations; :data:`SCHEMA_VERSION` is
+the version this steerable needs. :meth:`MySQLStore.check_schema` (the
 :class:`steerable.stores.migrations.SchemaVersioned` ability) refuses an older database
 naming the step to apply, and a newer one asking for a newer steerable; each store object
 runs that check once, before its first call (one statement in its lifetime), and refuses

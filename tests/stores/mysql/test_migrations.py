@@ -4,6 +4,7 @@ cut off half way."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,8 +15,13 @@ from steerable import codec
 from steerable.errors import StoreUnavailable, UsageError
 from steerable.messages import user
 from steerable.service_store import Input
+from steerable.store import Steer
 from steerable.stores.mysql import MIGRATIONS, MySQLStore, migrate
 from tests.stores.mysql import server
+
+# the procedures of a database at the latest schema: step 7's beside steps 1 and 2's, which a
+# steerable of before that is still running calls
+_PROCEDURES = ["steerable_save_v1", "steerable_save_v2", "steerable_step_v1", "steerable_step_v2"]
 
 _LATEST = [m.version for m in MIGRATIONS]
 
@@ -92,7 +98,7 @@ async def test_a_database_of_schema_3_gets_the_journal_from_step_4(
     store = MySQLStore(empty)
     with pytest.raises(StoreUnavailable, match=r"version 3;.*step 4 \(the tool journal"):
         await store.begin_calls("s", ["k"])
-    assert await migrate(empty) == [4, 5, 6]
+    assert await migrate(empty) == [4, 5, 6, 7]
     assert [m.text for m in await store.messages("s")] == ["kept"]
     assert await store.begin_calls("s", ["k"]) == {}
     assert await store.begin_calls("s", ["k"]) == {"k": None}
@@ -110,7 +116,7 @@ async def test_a_step_5_cut_off_half_way_runs_again_whole(
         monkeypatch.undo()
         for statement in MIGRATIONS[4].steps[:3]:
             await _query(empty, statement)
-        assert await migrate(empty) == [5, 6]
+        assert await migrate(empty) == [5, 6, 7]
     store = MySQLStore(empty)
     trace = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     await store.enqueue("s", Input("send", "go", "t", trace=trace))
@@ -121,7 +127,7 @@ async def test_a_step_5_cut_off_half_way_runs_again_whole(
         "SELECT ROUTINE_NAME FROM information_schema.ROUTINES"
         " WHERE ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME",
     )
-    assert [name for (name,) in procedures] == ["steerable_save_v1", "steerable_step_v1"]
+    assert [name for (name,) in procedures] == _PROCEDURES
 
 
 async def test_step_6_gives_each_service_row_of_before_its_own_mark(
@@ -140,7 +146,7 @@ async def test_step_6_gives_each_service_row_of_before_its_own_mark(
         await _query(empty, "INSERT INTO steerable_service (session) VALUES ('d')")
         made = await _query(empty, "SELECT mark FROM steerable_service WHERE session = 'd'")
         assert list(made) == [(None,)]
-        assert await migrate(empty) == [6]
+        assert await migrate(empty) == [6, 7]
     marks = dict(await _query(empty, "SELECT session, mark FROM steerable_service"))
     assert sorted(marks) == [b"a", b"b", b"c", b"d"]
     assert len(set(marks.values())) == 4 and all(len(m) == 32 for m in marks.values())
@@ -155,4 +161,51 @@ async def test_step_6_gives_each_service_row_of_before_its_own_mark(
         empty,
         "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()",
     )
-    assert sorted(name for (name,) in procedures) == ["steerable_save_v1", "steerable_step_v1"]
+    assert sorted(name for (name,) in procedures) == _PROCEDURES
+
+
+async def _call_save_v1(pool: Any, session: str, at: int, take: int, texts: list[str]) -> Any:
+    """What a steerable of schema 6 runs for a save: ``steerable_save_v1``, every answer read."""
+    messages = [user(text, id=f"{session}-{at + n}") for n, text in enumerate(texts)]
+    batch = json.dumps([[m.id, codec.encode(m)] for m in messages])
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        await cur.execute("CALL steerable_save_v1(%s, %s, %s, %s)", (session, at, take, batch))
+        rows = await cur.fetchall()
+        while await cur.nextset():
+            pass
+        return rows
+
+
+async def test_step_7_leaves_the_procedures_a_running_steerable_of_before_calls(
+    empty: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a steerable of schema 6 saving, then a migrator of step 7 that died after making the
+    # new save (before the step's procedure and the version), then the whole step again
+    monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:6])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert await migrate(empty) == [1, 2, 3, 4, 5, 6]
+        monkeypatch.undo()
+        assert await _call_save_v1(empty, "s", 0, 16, ["one"]) == ()
+        for statement in MIGRATIONS[6].steps[:2]:
+            await _query(empty, statement)
+        assert await migrate(empty) == [7]
+    procedures = await _query(
+        empty,
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES"
+        " WHERE ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME",
+    )
+    assert [name for (name,) in procedures] == _PROCEDURES
+    store = MySQLStore(empty)
+    # the old save still answers its steers (and an empty result set when it took none)
+    await store.steer("s", Steer("early", "e1"))
+    [(id, _)] = await _call_save_v1(empty, "s", 1, 16, ["two"])
+    assert id == b"e1"
+    assert await _call_save_v1(empty, "s", 3, 16, ["three"]) == ()
+    # the new one, beside it, on the same transcript
+    assert await store.save("s", [user("four", id="s-4")], at=4, take=16) == []
+    await store.steer("s", Steer("late", "l1"))
+    taken = await store.save("s", [user("five", id="s-5")], at=5, take=16)
+    assert [(m.id, m.text) for m in taken] == [("l1", "late")]
+    texts = [m.text for m in await store.messages("s")]
+    assert texts == ["one", "two", "early", "three", "four", "five", "late"]
