@@ -144,9 +144,12 @@ class Counting:
     ) -> Claim | None:
         """Counted ``ServiceStore.claim``: ``claim``, or ``claim (none)`` when empty."""
         try:
-            claim = await self.inner.claim(
-                holder, seconds=seconds, cap=cap, session=session, known=known
-            )
+            if known:
+                claim = await self.inner.claim(
+                    holder, seconds=seconds, cap=cap, session=session, known=known
+                )
+            else:
+                claim = await self.inner.claim(holder, seconds=seconds, cap=cap, session=session)
         except BaseException:
             self.calls["claim (failed)"] += 1
             raise

@@ -253,7 +253,7 @@ class Replica:
                     **known,
                 )
                 if claim is not None:
-                    claim = await self._whole(claim)
+                    claim = await self._whole_or_release(claim)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a store error, or a bug: never stop claiming for it
@@ -281,6 +281,18 @@ class Replica:
         if len(self._tried) > _TRIED:
             self._tried.clear()  # only an optimisation: forgetting costs a claim at most
         return None
+
+    async def _whole_or_release(self, claim: Claim) -> Claim:
+        """:meth:`_whole`; if the transcript cannot be read, the claim's lease is let go (so
+        the turn is claimed again at once, here or elsewhere) and the error raised."""
+        try:
+            return await self._whole(claim)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.service.renew_many([claim.lease], seconds=0), _RELEASE)
+            raise
 
     async def _whole(self, claim: Claim) -> Claim:
         """The claim with the session's whole transcript, from what this replica held."""
@@ -396,9 +408,9 @@ class Replica:
                 claim.turn,
                 session,
             )
+        last, report = await self._end(serving.cell, recorded, report, pending)
         if span is not None:
             _ended(span, report)
-        last = await self._end(serving.cell, recorded, report, pending)
         if last and pending is not None and stored is not None and pending.at == len(stored):
             stored = [*stored, *last]  # stored with the end
         self._hold(session, claim.mark, stored)
@@ -532,9 +544,10 @@ class Replica:
 
     async def _end(
         self, cell: LeaseCell, outcome: Outcome, report: TurnReport, pending: Pending | None
-    ) -> list[Message]:
+    ) -> tuple[list[Message], TurnReport]:
         """Record the turn's end, with its last save where one was kept for it; the messages
-        of that save the end stored ([]: none, or the end was not recorded)."""
+        of that save the end stored ([]: none, or the end was not recorded), and the report
+        of the end as recorded (failed, where the last save was refused)."""
         deadline = time.monotonic() + self.settings.lease
         last: dict[str, Any] = {}
         if pending is not None:
@@ -545,7 +558,7 @@ class Replica:
             except Fenced:
                 self.counters.fenced += 1
                 self.observers.call("fenced", cell.lease.session)
-                return []
+                return [], report
             except (TranscriptConflict, InvalidMessage) as exc:
                 if not last:
                     raise
@@ -554,6 +567,7 @@ class Replica:
                 self.counters.store_errors += 1
                 session = cell.lease.session
                 outcome = reported(session, report.turn, failure(exc), detail=False)
+                report = dataclasses.replace(report, state=outcome.state, error=outcome.error)
                 last = {}
                 continue
             except asyncio.CancelledError:
@@ -562,7 +576,7 @@ class Replica:
                 self.counters.store_errors += 1
                 if time.monotonic() > deadline:
                     log.warning("the end of a turn was not recorded (%s): left to the next", exc)
-                    return []
+                    return [], report
                 await asyncio.sleep(min(self.settings.poll, 0.2))
                 continue
             self.counters.ended += 1
@@ -571,7 +585,7 @@ class Replica:
             if following is not None:
                 self._hinted.append((cell.lease.session, time.monotonic()))
                 self._wake.set()
-            return list(last.get("last", []))
+            return list(last.get("last", [])), report
 
 
 def _agent_name(agent: Agent) -> str:
@@ -660,9 +674,10 @@ async def waited(event: asyncio.Event, seconds: float) -> None:
 
 
 def _takes(verb: Callable[..., object], keyword: str) -> bool:
-    """Whether a store's ``verb`` takes ``keyword`` (a store written before it does not)."""
+    """Whether a store's ``verb`` names ``keyword`` (a store written before it does not; one
+    that takes ``**kwargs`` might drop it, so it is not asked to)."""
     try:
         parameters = inspect.signature(verb).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == keyword or p.kind is p.VAR_KEYWORD for p in parameters)
+    return any(p.name == keyword for p in parameters)

@@ -8,10 +8,12 @@ Over the memory store, which notifies; its calls are counted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from steerable.errors import TranscriptConflict
-from steerable.messages import Message
+from steerable.errors import StoreUnavailable, TranscriptConflict
+from steerable.messages import Message, assistant, user
 from steerable.service import Service
 from steerable.service.demo import demo_agent
 from steerable.service_store import Claim, Known, Lease, Outcome
@@ -145,13 +147,33 @@ class _Refused(Counted):
         return await super().end_turn(lease, outcome)
 
 
+class _Ends:
+    """An observer keeping the state of each turn end it is told of."""
+
+    def __init__(self) -> None:
+        self.states: list[str] = []
+
+    def claimed(self, claim: Claim) -> None:
+        pass
+
+    def steers_taken(self, session: str, turn: str, waits: Sequence[float]) -> None:
+        pass
+
+    def fenced(self, session: str) -> None:
+        pass
+
+    def turn_ended(self, report: Any) -> None:
+        self.states.append(report.state)
+
+
 async def test_an_end_whose_last_save_is_refused_ends_the_turn_failed_without_it() -> None:
-    store = _Refused()
-    service = Service(store, demo_agent(seconds=0.01, calls=1), poll=30.0)
+    store, ends = _Refused(), _Ends()
+    service = Service(store, demo_agent(seconds=0.01, calls=1), poll=30.0, observers=[ends])
     async with service.serving():
         sent = await service.send("s", "go")
         done = await service.wait("s", sent.id, seconds=20)
     assert done is not None and done.state == "failed"
+    assert ends.states == ["failed"], "the observers are told the end as it was recorded"
     assert store.ends == [-1, 0]
     assert "answered: go" not in [m.text for m in await store.messages("s")]
 
@@ -176,3 +198,64 @@ async def test_a_kept_last_save_is_stored_before_any_other_call_of_the_turn() ->
     kinds = [(e.kind, e.data.get("id")) for e in await store.events("s", after=0, limit=100)]
     assert kinds[-2:] == [("message", answer.id), ("input", "x")]
     assert view.take_pending() is None
+
+
+class _KeywordsAnyhow(Counted):
+    """A store whose end_turn takes ``**kwargs`` and drops what it does not know."""
+
+    async def end_turn(self, lease: Lease, outcome: Outcome, **ignored: Any) -> str | None:
+        self.ends.append(0)
+        return await MemoryStore.end_turn(self, lease, outcome)
+
+
+async def test_a_store_whose_end_takes_any_keyword_is_not_given_the_answer_to_drop() -> None:
+    store = _KeywordsAnyhow()
+    service = Service(store, demo_agent(seconds=0.01, calls=1), poll=30.0)
+    async with service.serving():
+        sent = await service.send("s", "go")
+        done = await service.wait("s", sent.id, seconds=20)
+    assert done is not None and done.state == "completed"
+    assert (await store.messages("s"))[-1].text == "answered: go", "the answer was stored"
+    assert store.steps == 3
+
+
+class _ReadFails(MemoryStore):
+    """A memory store whose first claim leaves out a message the replica does not hold, and
+    whose first transcript read (the replica's, to fill it in) fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lied = self.failed = False
+
+    async def claim(
+        self,
+        holder: str,
+        *,
+        seconds: float,
+        cap: int,
+        session: str | None = None,
+        known: Mapping[str, Known] | None = None,
+    ) -> Claim | None:
+        claim = await super().claim(holder, seconds=seconds, cap=cap, session=session)
+        if claim is None or self.lied:
+            return claim
+        self.lied = True
+        return dataclasses.replace(claim, messages=claim.messages[1:], known=1)
+
+    async def messages(self, session: str) -> list[Message]:
+        if not self.failed:
+            self.failed = True
+            raise StoreUnavailable("the read did not arrive")
+        return await super().messages(session)
+
+
+async def test_a_claim_whose_transcript_cannot_be_read_lets_its_lease_go() -> None:
+    store = _ReadFails()
+    await store.save("s", [user("before"), assistant("then")], at=0)
+    service = Service(store, demo_agent(seconds=0.01, calls=1), poll=0.05, lease=60.0)
+    async with service.serving():
+        sent = await service.send("s", "go")
+        done = await service.wait("s", sent.id, seconds=10)
+    assert store.lied and store.failed
+    assert done is not None and done.state == "completed", "claimed again at once, not in 60 s"
+    assert [m.text for m in await store.messages("s")][:3] == ["before", "then", "go"]
