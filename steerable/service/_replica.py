@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from steerable import telemetry
 from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConflict
@@ -55,6 +55,8 @@ RENEW_BATCH = 100
 """The most leases one renewal call carries (so one call per this many turns held): on
 Postgres a lease cost 22 µs of the server's CPU in calls of 100, 36 µs in calls of 500
 (``bench/capacity.py``, 2026-12-04)."""
+
+_I = TypeVar("_I")
 
 LiveSink = Callable[[str, str, Event], object]
 """Where a replica sends the live events of the turns it runs: ``(session, turn, event)``."""
@@ -172,12 +174,14 @@ class Replica:
             await self._release(cells)
 
     async def _release(self, cells: list[LeaseCell]) -> None:
-        """Let the abandoned turns' leases go now rather than at their expiry.
+        """Let leases go now rather than at their expiry: the abandoned turns', or a claim's
+        whose turn could not be started.
 
-        Safe because this replica writes nothing more for them (every run has ended, and
-        each cell is fenced), and a claimer takes the lease with epoch + 1, which refuses
-        any write of ours still on its way. A release that fails (the store is away, or
-        the turn ended meanwhile) leaves the lease to expire, as a crash would.
+        Safe because this replica writes nothing more under them (every run has ended, and
+        each cell is fenced, or the turn never began here), and a claimer takes the lease
+        with epoch + 1, which refuses any write of ours still on its way. A release that
+        fails (the store is away, or the turn ended meanwhile) leaves the lease to expire,
+        as a crash would.
         """
 
         async def release(batch: list[LeaseCell]) -> None:
@@ -189,8 +193,7 @@ class Replica:
             except Exception as exc:  # the store is away: they expire instead
                 log.info("%d leases are left to expire (%s)", len(batch), exc)
 
-        batches = [cells[at : at + RENEW_BATCH] for at in range(0, len(cells), RENEW_BATCH)]
-        await asyncio.gather(*(release(batch) for batch in batches))
+        await asyncio.gather(*(release(batch) for batch in _batches(cells)))
 
     async def _listen(self, service: Notifying) -> None:
         while True:
@@ -290,8 +293,7 @@ class Replica:
         except asyncio.CancelledError:
             raise
         except Exception:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.service.renew_many([claim.lease], seconds=0), _RELEASE)
+            await self._release([LeaseCell(claim.lease)])
             raise
 
     async def _whole(self, claim: Claim) -> Claim:
@@ -516,8 +518,7 @@ class Replica:
         """Renew the leases of ``servings``, :data:`RENEW_BATCH` a call; a call that fails is
         tried again at the next interval (the next write will tell if a lease was lost)."""
         live = [serving for serving in servings if not serving.cell.fenced]
-        for at in range(0, len(live), RENEW_BATCH):
-            batch = live[at : at + RENEW_BATCH]
+        for batch in _batches(live):
             leases = [serving.cell.lease for serving in batch]
             try:
                 renewals = await self.service.renew_many(leases, seconds=self.settings.lease)
@@ -671,6 +672,11 @@ async def waited(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(seconds):
             await event.wait()
+
+
+def _batches(items: list[_I]) -> list[list[_I]]:
+    """``items`` in calls of at most :data:`RENEW_BATCH`."""
+    return [items[at : at + RENEW_BATCH] for at in range(0, len(items), RENEW_BATCH)]
 
 
 def _takes(verb: Callable[..., object], keyword: str) -> bool:

@@ -55,7 +55,6 @@ from steerable.service_store import (
 from steerable.stores import _sqlite_views as views
 from steerable.stores._sqlite_rows import (
     INPUT,
-    LENGTH,
     QUEUED,
     Svc,
     TurnRow,
@@ -237,7 +236,7 @@ def _claim(
     svc.epoch += 1
     previous = svc.holder if svc.running is not None else None
     svc.holder, svc.expires = holder, tx.now + seconds
-    (stored,) = db.execute(LENGTH, (tx.session,)).fetchone()
+    stored = length(db, tx.session)
     mark = mark_of(db, tx.session)
     skip = known_length(known, tx.session, mark, stored)
     rows = db.execute(
@@ -344,7 +343,7 @@ def _stepped(
     tx: Tx,
     turn: TurnRow,
     messages: Sequence[Message],
-    bodies: list[str],
+    bodies: Sequence[str],
     at: int,
     take: int,
     final: bool,
@@ -417,7 +416,7 @@ def _end_turn(
     turn = _fenced(tx, lease)
     if last:  # the turn's last save, in the same transaction
         assert at is not None, "end_turn(last=...) needs at="
-        _stepped(tx, turn, last, list(bodies), at, 0, True)
+        _stepped(tx, turn, last, bodies, at, 0, True)
     turn.state, turn.text, turn.error = outcome.state, outcome.text, outcome.error
     turn.usage, turn.ended_at = dict(outcome.usage), tx.now
     turn.end = length(db, tx.session)
