@@ -14,8 +14,11 @@ import pytest
 # before steerable.testing.cases is imported anywhere: its plain asserts then show diffs
 pytest.register_assert_rewrite(
     "steerable.testing.cases",
+    "steerable.testing.end_cases",
+    "steerable.testing.first_cases",
     "steerable.testing.fork_cases",
     "steerable.testing.journal_cases",
+    "steerable.testing.known_cases",
     "steerable.testing.lease_cases",
     "steerable.testing.queue_cases",
     "steerable.testing.rewrite_cases",

@@ -141,15 +141,16 @@ class Counting:
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
         """Counted ``ServiceStore.claim``: ``claim``, or ``claim (none)`` when empty."""
+        said: dict[str, Any] = {}  # only what was said: a store may predate the keywords
+        if known:
+            said["known"] = known
+        if first:
+            said["first"] = True
         try:
-            if known:
-                claim = await self.inner.claim(
-                    holder, seconds=seconds, cap=cap, session=session, known=known
-                )
-            else:
-                claim = await self.inner.claim(holder, seconds=seconds, cap=cap, session=session)
+            claim = await self.inner.claim(holder, seconds=seconds, cap=cap, session=session, **said)
         except BaseException:
             self.calls["claim (failed)"] += 1
             raise

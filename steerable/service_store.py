@@ -234,6 +234,11 @@ class Claim:
     known: int = 0
     """How many of the transcript's first messages ``messages`` leaves out because the claimer
     said it knew them under ``mark`` (``messages`` starts at that position; 0: whole)."""
+    taken: list[Message] | None = None
+    """Where the claim made the turn's first step (``claim(first=True)``): the steered messages
+    it took, stored after the prompt's message at ``start`` (``[]``: none waited); None where
+    it made no step. ``messages`` is the transcript before that step, and ``steps`` and
+    ``steers_taken`` count it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,6 +439,7 @@ class ServiceStore(Protocol):
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given).
 
@@ -441,6 +447,14 @@ class ServiceStore(Protocol):
         turn may take ``cap`` steers in all. None when there is nothing to claim. ``known``:
         what the claimer holds of sessions' transcripts; the claimed session's messages it
         still holds under the current mark are left out (:attr:`Claim.known`).
+
+        ``first``: a new turn's claim also makes the turn's first step, in the same atomic
+        operation, as ``step(lease, [prompt.message(steered=False)], at=start, take=cap)``
+        would right after it: the prompt's message stored at ``start``, then up to ``cap``
+        steers offered to the turn taken after it, with that step's events after
+        ``turn_started`` (:attr:`Claim.taken`). A takeover makes no step, nor does a claim
+        whose prompt's id is already a message of the transcript (its first save is refused
+        as ever, and the turn fails rather than the claim).
         """
         ...
 

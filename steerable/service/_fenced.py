@@ -8,6 +8,12 @@ takes the turn's last save (``last=``), the save of the answer (or a ``final`` o
 and the replica's end stores it with the end, in one call; any other call of the turn
 first stores it, so the order of writes is the run's.
 
+Where the claim made the turn's first step (``claim(first=True)``: the prompt stored, the
+steers waiting taken), the turn's first save, the same save, is answered from the claim with
+no call. A first call that is anything else finds the store ahead of the turn: it raises
+:class:`Ahead` (a :class:`StoreUnavailable`) and the replica carries the turn on from what is
+stored, as after a failed save, so the claim's step is never stored twice nor lost.
+
 The tool journal's verbs and the repair's ``replace`` go to the store as they are, not
 fenced: marking a call started is atomic in the store (of two holders, one is told a call
 is new), a recorded result is what the tool did whoever records it, and ``replace`` is a
@@ -45,6 +51,20 @@ class LeaseCell:
         self.traces: dict[str, dict[str, str]] = {}  # a taken steer's trace context, by id
 
 
+class Ahead(StoreUnavailable):
+    """The turn's first call was not the first step its claim made: carry it on from what is
+    stored (raised once; the replica reads the transcript and runs the turn from it)."""
+
+
+class First(NamedTuple):
+    """The turn's first step, made by its claim: the prompt's message stored at ``at``, and
+    the steers ``taken`` after it."""
+
+    at: int
+    prompt: Message
+    taken: list[Message]
+
+
 class Pending(NamedTuple):
     """A turn's last save, kept for the turn's end (``end_turn(last=, at=)``)."""
 
@@ -65,6 +85,7 @@ class FencedStore:
     """The :class:`~steerable.Store` verbs of one turn's session, every write fenced."""
 
     __slots__ = (
+        "_ahead",
         "_cell",
         "_claimed",
         "_defer",
@@ -89,8 +110,10 @@ class FencedStore:
         observers: Observers | None = None,
         turn: str = "",
         defer_last: bool = False,
+        ahead: First | None = None,
     ) -> None:
         self._store = store
+        self._ahead = ahead  # the first step the claim made, until the turn's first call
         self._defer = defer_last  # the store's end_turn takes the turn's last save (last=)
         self._pending: Pending | None = None
         self._observers = observers
@@ -114,6 +137,8 @@ class FencedStore:
         if self._claimed is not None:
             claimed, self._claimed = self._claimed, None
             return list(claimed)
+        if self._ahead is not None:
+            self._behind()
         await self._flush()
         self.stored = None
         read = await self._store.messages(session)
@@ -141,6 +166,8 @@ class FencedStore:
         lease = self._cell.lease
         if self._cell.fenced:  # lost or abandoned: refused here, without a store call
             raise Fenced(lease.session, lease.epoch, None)
+        if self._ahead is not None:
+            return await self._first(messages, at, take, final)
         if self._defer and take == 0 and self._pending is None and _last(messages, final):
             for message in messages:
                 codec.encode(message)  # refused now, as the store would refuse it
@@ -148,6 +175,33 @@ class FencedStore:
             return []
         await self._flush()
         return await self._step(messages, at, take, final)
+
+    async def _first(
+        self, messages: Sequence[Message], at: int, take: int, final: bool
+    ) -> list[Message]:
+        """The turn's first save, where its claim made the first step: that step's answer if
+        it is the same save, else :class:`Ahead`."""
+        ahead, self._ahead = self._ahead, None
+        assert ahead is not None
+        same = list(messages) == [ahead.prompt] and at == ahead.at
+        if not same or final or take < len(ahead.taken):
+            self._behind()
+        stored = self.stored
+        self.stored = None if stored is None else [*stored, ahead.prompt, *ahead.taken]
+        if self._written is not None:
+            self._written(self._session)
+        if ahead.taken and (self._observers or telemetry.recording()):
+            await self._observe(ahead.taken)
+        return list(ahead.taken)
+
+    def _behind(self) -> None:
+        """The turn's call does not follow what its claim stored: carry it on from the store."""
+        self._ahead = None
+        self._cell.store_failed = True
+        raise Ahead(
+            f"session {self._session!r}: the turn's first call was not the first step its"
+            " claim made; it is carried on from the stored transcript"
+        )
 
     def take_pending(self) -> Pending | None:
         """The turn's last save, kept for its end (None: none); the end stores it now."""
@@ -263,6 +317,8 @@ class FencedStore:
             lease = self._cell.lease
             raise Fenced(lease.session, lease.epoch, None)
         self._claimed = None
+        if self._ahead is not None:
+            self._behind()
         await self._flush()
         self.stored = None  # and the store gave the transcript a new mark
         await repairable(self._store).replace(session, at=at, old=old, messages=messages)

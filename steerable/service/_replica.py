@@ -35,7 +35,7 @@ from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConfl
 from steerable.events import Event, EventSink
 from steerable.messages import Message
 from steerable.service._failure import failure, reported
-from steerable.service._fenced import FencedStore, LeaseCell, Pending
+from steerable.service._fenced import FencedStore, First, LeaseCell, Pending
 from steerable.service._held import Held
 from steerable.service._observe import LogObserver, Observer, Observers, TurnReport
 from steerable.service.agent import Agent, Turn
@@ -141,6 +141,10 @@ class Replica:
         inner = getattr(service, "__wrapped__", service)  # a wrapper's (metrics) store
         self._knows = settings.held > 0 and _takes(inner.claim, "known")
         self._ends_with_last = _takes(inner.end_turn, "last")
+        # the claim makes a new turn's first step where the agent's first save is that step
+        self._firsts = bool(getattr(agent, "saves_prompt_first", False)) and _takes(
+            inner.claim, "first"
+        )
 
     # -- looking for work -------------------------------------------------------------------
 
@@ -244,7 +248,9 @@ class Replica:
                 if not self._hinted:
                     await self._wait(settings.poll)
                 continue
-            known = {"known": self._held.known(target)} if self._knows else {}
+            said: dict[str, Any] = {"known": self._held.known(target)} if self._knows else {}
+            if self._firsts:
+                said["first"] = True
             if target is not None:
                 self._tried[target] = time.monotonic()
             try:
@@ -253,7 +259,7 @@ class Replica:
                     seconds=settings.lease,
                     cap=self.agent.steers_per_turn,
                     session=target,
-                    **known,
+                    **said,
                 )
                 if claim is not None:
                     claim = await self._whole_or_release(claim)
@@ -361,7 +367,7 @@ class Replica:
         began = time.monotonic()
         session = claim.lease.session
         serving = _Serving(LeaseCell(claim.lease))
-        serving.turn = self._turn(claim, claim.messages, claim.steers_taken, serving)
+        serving.turn = self._turn(claim, claim.messages, claim.steers_taken, serving, first=True)
         self._turns[session] = serving
         self.counters.running[session] = claim.turn
         try:
@@ -459,7 +465,23 @@ class Replica:
             return self._turn(claim, messages, taken, serving)
         return None
 
-    def _turn(self, claim: Claim, stored: list[Message], taken: int, serving: _Serving) -> Turn:
+    def _turn(
+        self,
+        claim: Claim,
+        stored: list[Message],
+        taken: int,
+        serving: _Serving,
+        *,
+        first: bool = False,
+    ) -> Turn:
+        """The turn as its agent runs it over ``stored`` with ``taken`` steers taken; the
+        ``first`` time, a first step the claim made is the agent's to make, as it sees it
+        (its first save is answered from the claim)."""
+        ahead = None
+        before = claim.steers_taken - len(claim.taken or ())  # taken before the claim's step
+        if first and claim.taken is not None:
+            prompt = claim.prompt.message(steered=False)
+            ahead, taken = First(claim.start, prompt, claim.taken), before
         messages = list(stored)
         if claim.prompt.id not in {m.id for m in messages[claim.start :]}:
             messages.append(claim.prompt.message(steered=False))
@@ -472,6 +494,7 @@ class Replica:
             observers=self.observers,
             turn=claim.turn,
             defer_last=self._ends_with_last,
+            ahead=ahead,
         )
         serving.fenced = fenced
         live = self.live
@@ -483,7 +506,7 @@ class Replica:
             prompt=claim.prompt,
             messages=messages,
             store_session=Session(session, fenced),
-            resumed=claim.resumed or taken != claim.steers_taken or stored != claim.messages,
+            resumed=claim.resumed or taken != before or stored != claim.messages,
             steers_left=max(0, min(claim.cap, self.agent.steers_per_turn) - taken),
             events=sink,
         )

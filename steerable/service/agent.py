@@ -102,6 +102,12 @@ class Agent(Protocol):
     ``steers_per_turn`` is how many steers one turn may take (0: the agent takes none, and
     each steer is a turn of its own). ``run_turn`` runs the turn to its end and says how it
     ended; an exception it raises ends the turn ``failed``.
+
+    An agent may also say ``saves_prompt_first = True``: a new turn's first store call is the
+    save of its prompt alone at the turn's start, taking up to ``steers_left`` steers (what
+    steerable's own loop does). The service then makes that step with the turn's claim, one
+    store call fewer a turn, and answers the agent's first save from it; a first call that
+    is anything else is carried on from the stored transcript, as after a failed save.
     """
 
     @property
@@ -169,6 +175,12 @@ class ReActAgent:
     def steers_per_turn(self) -> int:
         """The spec's ``steers_per_turn``."""
         return self.spec.steers_per_turn
+
+    @property
+    def saves_prompt_first(self) -> bool:
+        """True: a new turn's first store call is its prompt's save, taking the steers waiting
+        (see :class:`Agent`); not with ``max_steps=0``, whose first save is its last."""
+        return self.spec.max_steps > 0
 
     def model_for(self, session: str) -> Model:
         """The model for ``session``."""

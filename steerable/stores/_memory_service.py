@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -300,8 +301,10 @@ class MemoryServiceTables:
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
-        """Claim one session with work and no live lease (``session`` only, if given)."""
+        """Claim one session with work and no live lease (``session`` only, if given); a new
+        turn's first step with it, if ``first``."""
         with self._lock:
             now = time.time()
             names = [session] if session is not None else list(self._service)
@@ -311,8 +314,24 @@ class MemoryServiceTables:
                     continue
                 if svc.running is None and not svc.queued():
                     continue
-                return self._claim(name, svc, holder, now + seconds, cap, known)
+                claim = self._claim(name, svc, holder, now + seconds, cap, known)
+                if first and not claim.resumed:
+                    claim = self._first(claim)
+                return claim
             return None
+
+    def _first(self, claim: Claim) -> Claim:
+        """The new turn's first step, under the store's lock (none if the prompt's id is
+        already stored)."""
+        _, ids = self._transcript(claim.lease.session)
+        if claim.prompt.id in ids:
+            return claim
+        prompt = claim.prompt.message(steered=False)
+        taken = self._step(claim.lease, [prompt], claim.start, claim.cap, False)
+        turn = self._service[claim.lease.session].turns[claim.turn]
+        return dataclasses.replace(
+            claim, taken=taken, steps=turn.steps, steers_taken=turn.steers_taken
+        )
 
     def _claim(
         self,

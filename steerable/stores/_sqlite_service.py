@@ -225,6 +225,7 @@ def _claim(
     cap: int,
     session: str | None,
     known: Mapping[str, Known] | None,
+    first: bool = False,
 ) -> tuple[Claim, list[tuple[int, str, str]]] | None:
     tx = Tx(db, write=True)
     name = session if session is not None else _claimable(db, tx.now)
@@ -259,6 +260,7 @@ def _claim(
         tx.emit("holder", turn.id, {"holder": holder, "epoch": svc.epoch})
     started = {"epoch": svc.epoch, "holder": holder, "resumed": resumed}
     tx.emit("turn_started", turn.id, started)
+    taken = _first_step(tx, turn, prompt, stored) if first and not resumed else None
     tx.commit()
     lease = Lease(tx.session, holder, svc.epoch, svc.expires)
     claim = Claim(
@@ -275,8 +277,21 @@ def _claim(
         previous,
         mark,
         skip,
+        taken,
     )
     return claim, rows
+
+
+def _first_step(tx: Tx, turn: TurnRow, prompt: Input, start: int) -> list[Message] | None:
+    """A new turn's first step inside its claim's write transaction: the prompt's message at
+    ``start``, then the steers offered to the turn; None (no step) if the prompt's id is a
+    message of the transcript already."""
+    if _recorded(tx.db, tx.session, [prompt.id]):
+        return None
+    message = prompt.message(steered=False)
+    taken = _stepped(tx, turn, [message], [codec.encode(message)], start, turn.cap, False)
+    tx.save_turn(turn)
+    return taken
 
 
 def _start(tx: Tx, start: int, cap: int) -> tuple[TurnRow, Input]:
@@ -528,11 +543,15 @@ class SQLiteServiceTables:
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given),
-        leaving out the messages the claimer knows under the transcript's mark; the rows
-        read in the write transaction are decoded after it commits."""
-        claimed = await self._call(lambda db: _claim(db, holder, seconds, cap, session, known))
+        leaving out the messages the claimer knows under the transcript's mark, and make a
+        new turn's first step with it if ``first``; the rows read in the write transaction
+        are decoded after it commits."""
+        claimed = await self._call(
+            lambda db: _claim(db, holder, seconds, cap, session, known, first)
+        )
         if claimed is None:
             return None
         claim, rows = claimed

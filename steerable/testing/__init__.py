@@ -28,6 +28,7 @@ if "steerable.testing.cases" not in sys.modules:  # the plugin registers it, unl
         "steerable.testing.service_cases",
         "steerable.testing.known_cases",
         "steerable.testing.end_cases",
+        "steerable.testing.first_cases",
     )
 
 from steerable.testing.abilities import (

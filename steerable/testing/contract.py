@@ -31,6 +31,7 @@ from steerable.store import Store
 from steerable.testing import (
     cases,
     end_cases,
+    first_cases,
     fork_cases,
     journal_cases,
     known_cases,
@@ -104,6 +105,7 @@ for _case in [
     *fork_cases.SERVICE_CASES,
     *known_cases.SERVICE_CASES,
     *end_cases.SERVICE_CASES,
+    *first_cases.SERVICE_CASES,
 ]:
     setattr(_ServiceCases, f"test_{_case.__name__}", _test_for(_case))
 

@@ -383,11 +383,13 @@ class _ClaimBug(MemoryStore):
 
     failed = False
 
-    async def claim(self, holder, *, seconds, cap, session=None, known=None):  # type: ignore[no-untyped-def]
+    async def claim(self, holder, *, seconds, cap, session=None, known=None, first=False):  # type: ignore[no-untyped-def]
         if not self.failed:
             self.failed = True
             raise ValueError("a bug in a store")
-        return await super().claim(holder, seconds=seconds, cap=cap, session=session, known=known)
+        return await super().claim(
+            holder, seconds=seconds, cap=cap, session=session, known=known, first=first
+        )
 
 
 async def test_a_replica_goes_on_claiming_after_an_unexpected_error() -> None:

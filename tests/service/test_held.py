@@ -37,8 +37,11 @@ class Spy(SQLiteStore):
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
-        claim = await super().claim(holder, seconds=seconds, cap=cap, session=session, known=known)
+        claim = await super().claim(
+            holder, seconds=seconds, cap=cap, session=session, known=known, first=first
+        )
         if claim is not None:
             self.claims.append(claim)
         return claim

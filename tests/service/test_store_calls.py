@@ -62,8 +62,11 @@ class Counted(MemoryStore):
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
-        claim = await super().claim(holder, seconds=seconds, cap=cap, session=session, known=known)
+        claim = await super().claim(
+            holder, seconds=seconds, cap=cap, session=session, known=known, first=first
+        )
         if claim is None:
             self.none += 1
         else:
@@ -235,6 +238,7 @@ class _ReadFails(MemoryStore):
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
         claim = await super().claim(holder, seconds=seconds, cap=cap, session=session)
         if claim is None or self.lied:

@@ -496,9 +496,12 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         cap: int,
         session: str | None = None,
         known: Mapping[str, Known] | None = None,
+        first: bool = False,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given),
         leaving out the messages the claimer knows under the transcript's mark."""
+        if first:  # PLACEHOLDER(i24-first): the first step with the claim is not made yet
+            raise UsageError("claim(first=True) is not supported by this store yet")
         held = list((known or {}).items())
         args: tuple[Any, ...] = (
             holder,
