@@ -150,7 +150,9 @@ class Counting:
         if first:
             said["first"] = True
         try:
-            claim = await self.inner.claim(holder, seconds=seconds, cap=cap, session=session, **said)
+            claim = await self.inner.claim(
+                holder, seconds=seconds, cap=cap, session=session, **said
+            )
         except BaseException:
             self.calls["claim (failed)"] += 1
             raise
