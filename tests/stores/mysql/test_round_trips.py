@@ -159,10 +159,10 @@ async def test_a_claim_with_its_first_step_is_three_statements_more_two_to_take_
 
             counts.append(await _statements(pool, claim))
             assert len(await store.messages(sid)) == (1 + steers if first else 0)
-        alone, first, alone_steered, first_steered = counts
+        alone, stepping, alone_steered, stepping_steered = counts
         assert alone == alone_steered
-        assert first == alone + 3
-        assert first_steered == alone + 5
+        assert stepping == alone + 3
+        assert stepping_steered == alone + 5
 
 
 @pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
