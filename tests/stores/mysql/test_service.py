@@ -369,3 +369,24 @@ async def test_a_first_claim_waits_for_a_save_under_way_and_starts_after_it(
     assert claim is not None and claim.start == 2 and claim.taken == []
     assert [m.id for m in claim.messages] == ["b", "late"]
     assert [m.id for m in await store.messages(sid)] == ["b", "late", "t"]
+
+
+async def test_a_takeover_of_a_turn_that_stored_nothing_makes_no_first_step(
+    store: MySQLStore,
+) -> None:
+    """A takeover is resumed from what is stored, even when the earlier holder stored not
+    even the prompt (its claim made no step): no step with the takeover's claim."""
+    import asyncio
+
+    sid = "first-takeover-of-nothing"
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "and", "s"))
+    earlier = await store.claim("a", seconds=0.2, cap=16, session=sid)
+    assert earlier is not None and earlier.taken is None
+    await asyncio.sleep(0.5)
+    again = await store.claim("b", seconds=60, cap=16, session=sid, first=True)
+    assert again is not None and again.resumed and again.taken is None
+    assert (again.steps, again.steers_taken) == (0, 0)
+    assert await store.messages(sid) == []
+    waiting = await store.input(sid, "s")
+    assert waiting is not None and waiting.state == "waiting"
