@@ -24,9 +24,10 @@ A claim with ``first`` makes a new turn's first step in its own transaction, wit
 statements of its own rather than the step procedure (which commits itself): the core's
 lock right after the service row's, then the step's writes as the procedure makes them,
 the messages with the end's statement and the events with the claim's. With no steer
-offered to the turn that is three statements more than the claim (the core's lock, the
-insert, the turn's counts; whether the prompt is stored is read with the prompt), two
-more to take steers, and one transaction fewer than a claim and a step.
+offered to the turn that is two statements more than the claim (the core's lock and the
+insert: whether the prompt is stored is read with the prompt, the turn's counts are set
+with the service row's), two more to take steers, and one transaction fewer than a claim
+and a step.
 """
 
 from __future__ import annotations
@@ -588,11 +589,8 @@ async def _claim(
         events += step.events
         turn = replace(turn, steps=turn.steps + 1, steers_taken=step.steers)
     await tx.emit(session, svc.events, events)
-    await tx.run(
-        "UPDATE steerable_service SET epoch = %s, holder = %s, expires = %s, running = %s,"
-        " queued = queued - %s, turns = turns + %s, events = events + %s WHERE session = %s",
-        (epoch, holder, expires, name, int(not resumed), int(not resumed), len(events), session),
-    )
+    claimed = (epoch, holder, expires, name, int(not resumed), int(not resumed), len(events))
+    await _claimed(tx, session, name, claimed, step)
     return Claim(
         Lease(session, holder, epoch, float(expires)),
         name,
@@ -608,6 +606,32 @@ async def _claim(
         svc.mark,
         skip,
         None if step is None else step.taken,
+    )
+
+
+_CLAIMED = (
+    "s.epoch = %s, s.holder = %s, s.expires = %s, s.running = %s, s.queued = s.queued - %s,"
+    " s.turns = s.turns + %s, s.events = s.events + %s"
+)
+"""What a claim sets on the session's service row (``s``)."""
+
+
+async def _claimed(
+    tx: Tx, session: str, turn: str, claimed: Sequence[object], step: _Step | None
+) -> None:
+    """Write the claim's values (:data:`_CLAIMED`'s) on the service row and, if it made
+    ``turn``'s first ``step``, the step's counts on the turn in the same statement."""
+    if step is None:
+        await tx.run(
+            f"UPDATE steerable_service AS s SET {_CLAIMED} WHERE s.session = %s",
+            (*claimed, session),
+        )
+        return
+    await tx.run(
+        "UPDATE steerable_service AS s JOIN steerable_turns AS t ON t.session = s.session"
+        f" AND t.id = %s SET {_CLAIMED}, t.steps = t.steps + 1, t.steers_taken = %s"
+        " WHERE s.session = %s",
+        (turn, *claimed, step.steers, session),
     )
 
 
@@ -651,7 +675,8 @@ already (then it is taken but not recorded again, as the step procedure does).""
 @dataclass(frozen=True, slots=True)
 class _Step:
     """What a new turn's first step made: the steered messages it recorded, how many steers
-    it took (recorded or not), and its events, in the step procedure's order."""
+    it took (recorded or not: the claim adds them to the turn's counts with its step), and
+    its events, in the step procedure's order."""
 
     taken: list[Message]
     steers: int
@@ -675,11 +700,6 @@ async def _first(tx: Tx, session: str, turn: TurnRow, prompt: Input) -> _Step:
     taken = [codec.decode(text_of(id), body, where=where) for id, body, seen in took if not seen]
     saved = _Last.of(session, [prompt.message(steered=False), *taken], turn.start)
     await saved.append(tx, core_locked=True)
-    await tx.run(
-        "UPDATE steerable_turns SET steps = steps + 1, steers_taken = %s"
-        " WHERE session = %s AND id = %s",
-        (len(took), session, turn.id),
-    )
     messages = saved.events(turn.id)
     events = messages[:1]
     if took:
