@@ -103,6 +103,33 @@ async def test_a_prompt_body_the_codec_did_not_write_still_loses_its_steered_key
     assert stored == prompt.message(steered=False)
 
 
+async def test_a_steer_already_in_the_transcript_is_taken_not_recorded_again(
+    store: PostgresStore,
+) -> None:
+    """The step's rule for a steer whose id is a stored message: taken and counted, named
+    in ``steers_taken``, but neither stored again nor in ``Claim.taken``."""
+    sid = _sid()
+    await store.save(sid, [user("already", id="s")], at=0)
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "again", "s"))
+    await store.enqueue(sid, Input("steer", "new", "s2"))
+    claim = await _claim(store, sid)
+    assert [m.id for m in claim.taken or []] == ["s2"]
+    assert (claim.start, claim.steps, claim.steers_taken) == (1, 1, 2)
+    assert [m.id for m in await store.messages(sid)] == ["s", "t", "s2"]
+    taken = await store.input(sid, "s")
+    assert taken is not None and (taken.state, taken.step) == ("taken", 1)
+    events = await store.events(sid, after=0, limit=100)
+    kinds = [e.kind for e in events]
+    tail = events[kinds.index("turn_started") + 1 :]
+    assert [(e.kind, e.data) for e in tail] == [
+        ("message", {"position": 1, "id": "t", "role": "user", "steered": False}),
+        ("steers_taken", {"ids": ["s", "s2"], "step": 1}),
+        ("message", {"position": 2, "id": "s2", "role": "user", "steered": True}),
+        ("step", {"step": 1, "length": 3}),
+    ]
+
+
 async def test_a_message_saved_after_the_claim_s_snapshot_makes_it_run_again(
     pool: Any, store: PostgresStore
 ) -> None:
