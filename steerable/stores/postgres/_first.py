@@ -102,4 +102,4 @@ FIRST: Final = {
 """The claim statement's slots for a claim that makes a new turn's first step."""
 
 NO_FIRST: Final = {"first": "", "steps": "0", "steers": "0", "events": "", "taken": ""}
-"""The same slots for a claim alone: the statement as it was before ``first``."""
+"""The same slots for a claim alone: no step's CTE, and the writes of before ``first``."""
