@@ -58,6 +58,7 @@ from steerable.stores.postgres._views import PostgresServiceViews, json_object, 
 __all__ = ["CHANNEL", "PostgresServiceTables"]
 
 _POSITION_KEY = "steerable_messages_position"
+_TRANSCRIPT_KEYS = (_POSITION_KEY, "steerable_messages_id")
 
 # $1 session, $2 id, $3 kind, $4 body, $5 metadata, $6 if_idle, $7 expected_turn, $8
 # max_waiting, $9 trace. A steer is offered to the running turn when it is not stopping and was
@@ -563,7 +564,9 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         for _ in range(RETRIES):
             try:
                 [row] = await self._write("claim a session", query, *args)
-            except asyncpg.UniqueViolationError:
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name not in _TRANSCRIPT_KEYS:
+                    raise
                 continue
             return row
         raise StoreUnavailable(
