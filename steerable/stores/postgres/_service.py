@@ -435,7 +435,8 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
     (run again). A ``step`` nobody steered is one trip, like one that takes steers; an
     ``enqueue`` with conditions is one trip, like one without; an ``end_turn`` with the
     turn's ``last`` messages is one trip, like one without (a save refused by a unique key
-    of the transcript reads its length once more, as ``step`` does, to say why).
+    of the transcript reads its length once more, as ``step`` does, to say why); a ``claim``
+    that makes the new turn's first step (``first``) is one trip, like one that does not.
     """
 
     __slots__ = ()
