@@ -237,3 +237,20 @@ async def a_first_claim_whose_prompt_id_is_stored_makes_no_step(store: Both) -> 
     assert [m.id for m in await store.messages(sid)] == ["t"]
     waiting = await store.input(sid, "s")
     assert waiting is not None and waiting.state == "waiting"
+
+
+@_case
+async def a_first_claim_takes_a_steer_already_stored_without_storing_it_again(
+    store: Both,
+) -> None:
+    """A steer whose id a plain save already stored in the transcript is taken at the first
+    step (counted, its input taken) but not recorded again, as ``step`` does."""
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "one", "s"))
+    await store.save(sid, [user("one", id="s")], at=0)
+    claim = await _claim(store, sid)
+    assert claim.start == 1 and claim.taken == [] and claim.steers_taken == 1
+    assert [m.id for m in await store.messages(sid)] == ["s", "t"]
+    taken = await store.input(sid, "s")
+    assert taken is not None and (taken.state, taken.step) == ("taken", 1)
