@@ -108,8 +108,8 @@ class Connections:
         keeps the future (in the callback that wakes the caller) until the caller's task next
         yields, so a result read through it lived on past the caller's use of it, and a large
         one was freed at the caller's next ``await``, on the loop's thread holding the GIL
-        while the worker, just woken for the next call, waited for it (the 10,914 rows of a
-        whole 10,000-message claim: about 3 ms, ``python -m bench.sqlite_next_call``)."""
+        while the worker, just woken for the next call, waited for it (the rows of a whole claim
+        of 10,000 messages: about 3 ms, ``python -m bench.sqlite_next_call``)."""
         box: list[_T] = []
         await asyncio.get_running_loop().run_in_executor(self._executor, self._run_into, work, box)
         return box.pop()
