@@ -19,9 +19,12 @@ from steerable.store import Steer
 from steerable.stores.mysql import MIGRATIONS, MySQLStore, migrate
 from tests.stores.mysql import server
 
-# the procedures of a database at the latest schema: step 7's beside steps 1 and 2's, which a
+# the procedures of a database at the latest schema: step 8's beside steps 1, 2 and 7's, which a
 # steerable of before that is still running calls
-_PROCEDURES = ["steerable_save_v1", "steerable_save_v2", "steerable_step_v1", "steerable_step_v2"]
+_PROCEDURES = [
+    *("steerable_save_v1", "steerable_save_v2", "steerable_save_v3"),
+    *("steerable_step_v1", "steerable_step_v2", "steerable_step_v3"),
+]
 
 _LATEST = [m.version for m in MIGRATIONS]
 
@@ -98,7 +101,7 @@ async def test_a_database_of_schema_3_gets_the_journal_from_step_4(
     store = MySQLStore(empty)
     with pytest.raises(StoreUnavailable, match=r"version 3;.*step 4 \(the tool journal"):
         await store.begin_calls("s", ["k"])
-    assert await migrate(empty) == [4, 5, 6, 7]
+    assert await migrate(empty) == [4, 5, 6, 7, 8]
     assert [m.text for m in await store.messages("s")] == ["kept"]
     assert await store.begin_calls("s", ["k"]) == {}
     assert await store.begin_calls("s", ["k"]) == {"k": None}
@@ -116,7 +119,7 @@ async def test_a_step_5_cut_off_half_way_runs_again_whole(
         monkeypatch.undo()
         for statement in MIGRATIONS[4].steps[:3]:
             await _query(empty, statement)
-        assert await migrate(empty) == [5, 6, 7]
+        assert await migrate(empty) == [5, 6, 7, 8]
     store = MySQLStore(empty)
     trace = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
     await store.enqueue("s", Input("send", "go", "t", trace=trace))
@@ -146,7 +149,7 @@ async def test_step_6_gives_each_service_row_of_before_its_own_mark(
         await _query(empty, "INSERT INTO steerable_service (session) VALUES ('d')")
         made = await _query(empty, "SELECT mark FROM steerable_service WHERE session = 'd'")
         assert list(made) == [(None,)]
-        assert await migrate(empty) == [6, 7]
+        assert await migrate(empty) == [6, 7, 8]
     marks = dict(await _query(empty, "SELECT session, mark FROM steerable_service"))
     assert sorted(marks) == [b"a", b"b", b"c", b"d"]
     assert len(set(marks.values())) == 4 and all(len(m) == 32 for m in marks.values())
@@ -189,7 +192,7 @@ async def test_step_7_leaves_the_procedures_a_running_steerable_of_before_calls(
         assert await _call_save_v1(empty, "s", 0, 16, ["one"]) == ()
         for statement in MIGRATIONS[6].steps[:2]:
             await _query(empty, statement)
-        assert await migrate(empty) == [7]
+        assert await migrate(empty) == [7, 8]
     procedures = await _query(
         empty,
         "SELECT ROUTINE_NAME FROM information_schema.ROUTINES"
