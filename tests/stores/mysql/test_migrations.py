@@ -212,3 +212,79 @@ async def test_step_7_leaves_the_procedures_a_running_steerable_of_before_calls(
     assert [(m.id, m.text) for m in taken] == [("l1", "late")]
     texts = [m.text for m in await store.messages("s")]
     assert texts == ["one", "two", "early", "three", "four", "five", "late"]
+
+
+async def _call_save_v2(pool: Any, session: str, at: int, take: int, texts: list[str]) -> Any:
+    """What a steerable of schema 7 runs for a save: ``steerable_save_v2``, every answer read."""
+    messages = [user(text, id=f"{session}-{at + n}") for n, text in enumerate(texts)]
+    batch = json.dumps([[m.id, codec.encode(m)] for m in messages])
+    async with pool.acquire() as conn, conn.cursor() as cur:
+        await cur.execute("CALL steerable_save_v2(%s, %s, %s, %s)", (session, at, take, batch))
+        rows = await cur.fetchall()
+        while await cur.nextset():
+            pass
+        return rows
+
+
+async def _old_steer(pool: Any, session: str, id: str, text: str) -> None:
+    """What a steerable of schema 7 runs for ``steer()`` (the same INSERT as now)."""
+    body = codec.encode(Steer(text, id).message())
+    await _query(
+        pool,
+        "INSERT INTO steerable_steers (session, id, body)"
+        f" VALUES ('{session}', '{id}', '{body}') ON DUPLICATE KEY UPDATE id = id",
+    )
+
+
+async def test_step_8_marks_the_sessions_of_before_so_no_waiting_steer_is_skipped(
+    empty: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rows of schema 7 made by a steerable of before: "a" saved and has a steer waiting, "b"
+    # has a steer and no lock row (steer() made none then), "c" saved and took its steer;
+    # then a migrator of step 8 that died after adding the column (before the trigger, the
+    # procedures and the version), and a steer an older steerable left meanwhile ("d")
+    monkeypatch.setattr("steerable.stores.mysql._migrate.MIGRATIONS", MIGRATIONS[:7])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert await migrate(empty) == [1, 2, 3, 4, 5, 6, 7]
+        monkeypatch.undo()
+        assert not await _call_save_v2(empty, "a", 0, 16, ["a0"])  # v2 answers no rows
+        await _old_steer(empty, "a", "sa", "for a")
+        await _old_steer(empty, "b", "sb", "for b")
+        await _old_steer(empty, "c", "sc", "for c")
+        [(taken, _)] = await _call_save_v2(empty, "c", 0, 16, ["c0"])
+        assert taken == b"sc"
+        for statement in MIGRATIONS[7].steps[:3]:
+            await _query(empty, statement)
+        await _old_steer(empty, "d", "sd", "for d")
+        assert await migrate(empty) == [8]
+    marks = dict(await _query(empty, "SELECT session, steers FROM steerable_sessions"))
+    assert marks == {b"a": 1, b"c": 1}  # the rows of before: a steer of theirs may wait
+    [(trigger,)] = await _query(
+        empty,
+        "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS"
+        " WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'steerable_steers'",
+    )
+    assert trigger == "steerable_steers_mark"
+    procedures = await _query(
+        empty,
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES"
+        " WHERE ROUTINE_SCHEMA = DATABASE() ORDER BY ROUTINE_NAME",
+    )
+    assert [name for (name,) in procedures] == _PROCEDURES
+    store = MySQLStore(empty)
+    assert [m.id for m in await store.save("a", [user("a1")], at=1, take=16)] == ["sa"]
+    assert [m.id for m in await store.save("b", [user("b0")], at=0, take=16)] == ["sb"]
+    assert await store.save("c", [user("c1")], at=2, take=16) == []
+    assert [m.id for m in await store.save("d", [user("d0")], at=0, take=16)] == ["sd"]
+    # a steerable of before still running, beside the new one: its steer() after the new
+    # save cleared the mark sets it again (the trigger), its save takes without clearing it
+    assert await store.save("a", [user("a3")], at=3, take=16) == []
+    await _old_steer(empty, "a", "sa2", "old steer")
+    assert [m.id for m in await store.save("a", [user("a4")], at=4, take=16)] == ["sa2"]
+    await store.steer("a", Steer("new steer", "sa3"))
+    [(taken, _)] = await _call_save_v2(empty, "a", 6, 16, ["a6"])
+    assert taken == b"sa3"
+    assert await store.save("a", [user("a8")], at=8, take=16) == []
+    texts = [m.text for m in await store.messages("a")]
+    assert texts == ["a0", "a1", "for a", "a3", "a4", "old steer", "a6", "new steer", "a8"]
