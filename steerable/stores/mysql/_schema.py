@@ -28,15 +28,20 @@ table, the tool journal's, written by plain transactions of the store (see ``._j
 Step 5 adds an input's ``trace`` column the way step 3 adds its columns (a procedure of its
 own, dropped at its end), so it needs the same rights. Step 6 adds the service row's
 ``mark`` the same way, then gives it a default (a new UUID each row) and each row of before
-its own Step 7 makes ``steerable_save_v2`` and ``steerable_step_v2``: the
+its own. Step 7 makes ``steerable_save_v2`` and ``steerable_step_v2``: the
 procedures of steps 1 and 2 (made from their very text), except that they answer the steers
 they recorded only when they took some, since a result set is a large part of a small
-save's cost; the procedures of before stay, for a steerable of before still running.
+save's cost; the procedures of before stay, for a steerable of before still running. Step 8
+makes ``steerable_save_v3`` and ``steerable_step_v3`` from those, which look at the steers
+only when one may wait: the session's lock row gets a ``steers`` mark, set by a trigger on
+every insert into the steers table (so the migrating user also needs TRIGGER; a trigger
+runs with its definer's rights, so that account must stay), and the step bounds its take by
+what its turn was offered. The procedures of before stay again.
 
 MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
 ``JSON_TABLE``, window functions, ``SIGNAL``, ``SKIP LOCKED``, indexed generated columns
-and ``CREATE PROCEDURE IF NOT EXISTS`` (MySQL before 8.0.29 lacks the last; drop
-``IF NOT EXISTS`` there).
+and ``CREATE PROCEDURE IF NOT EXISTS`` / ``CREATE TRIGGER IF NOT EXISTS`` (MySQL before
+8.0.29 lacks the last two; drop ``IF NOT EXISTS`` there).
 """
 
 from __future__ import annotations
