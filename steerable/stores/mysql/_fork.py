@@ -31,9 +31,10 @@ half a batch, so the copy is a transcript the old session had. It is bounded by
 ``through`` is refused as :class:`MessageNotFound`, so a cut of the old session between
 the check and the copy cannot yield a fork of other messages.
 
-A steer left for the new session takes no lock (it is one insert, as in
-:meth:`MySQLStore.steer`): one that commits while the fork runs is either seen by the
-check (refused) or lands after the fork, waiting in the new session.
+A steer left for the new session is one insert (:meth:`MySQLStore.steer`), whose trigger
+(schema step 8) takes the core's lock first: one left while the fork runs either committed
+before the fork's lock, and is seen by the check (refused), or waits for the fork's commit
+and lands after it, waiting in the new session.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ two locks in the order every writer does, the service's row and then the core's:
    one of its own), so no claimer takes what it held of the transcript for it after the
    commit. A row the verb made and left empty (no epoch, no event, no metadata) is removed
    again before the commit; the next row made for the session has a new mark.
-2. The core's ``steerable_sessions`` row, which every save (``steerable_save_v2``) and
+2. The core's ``steerable_sessions`` row, which every save (``steerable_save_v3``) and
    service step takes first: no save runs between the length check and the commit.
 
 A ``replace`` takes the same two locks in the same order, so it queues with saves, steps,

@@ -28,15 +28,20 @@ table, the tool journal's, written by plain transactions of the store (see ``._j
 Step 5 adds an input's ``trace`` column the way step 3 adds its columns (a procedure of its
 own, dropped at its end), so it needs the same rights. Step 6 adds the service row's
 ``mark`` the same way, then gives it a default (a new UUID each row) and each row of before
-its own Step 7 makes ``steerable_save_v2`` and ``steerable_step_v2``: the
+its own. Step 7 makes ``steerable_save_v2`` and ``steerable_step_v2``: the
 procedures of steps 1 and 2 (made from their very text), except that they answer the steers
 they recorded only when they took some, since a result set is a large part of a small
-save's cost; the procedures of before stay, for a steerable of before still running.
+save's cost; the procedures of before stay, for a steerable of before still running. Step 8
+makes ``steerable_save_v3`` and ``steerable_step_v3`` from those, which look at the steers
+only when one may wait: the session's lock row gets a ``steers`` mark, set by a trigger on
+every insert into the steers table (so the migrating user also needs TRIGGER; a trigger
+runs with its definer's rights, so that account must stay), and the step bounds its take by
+what its turn was offered. The procedures of before stay again.
 
 MariaDB (10.6+) and MySQL (8.0.29+) both run every statement here as written: they share
 ``JSON_TABLE``, window functions, ``SIGNAL``, ``SKIP LOCKED``, indexed generated columns
-and ``CREATE PROCEDURE IF NOT EXISTS`` (MySQL before 8.0.29 lacks the last; drop
-``IF NOT EXISTS`` there).
+and ``CREATE PROCEDURE IF NOT EXISTS`` / ``CREATE TRIGGER IF NOT EXISTS`` (MySQL before
+8.0.29 lacks the last two; drop ``IF NOT EXISTS`` there).
 """
 
 from __future__ import annotations
@@ -58,17 +63,19 @@ __all__ = [
 
 _SAVE_V1 = "steerable_save_v1"
 _STEP_V1 = "steerable_step_v1"
+_SAVE_V2_NAME = "steerable_save_v2"
+_STEP_V2_NAME = "steerable_step_v2"
 
-SAVE = "steerable_save_v2"
-"""The stored procedure that appends messages and takes steers (made by step 7; step 1
-made ``steerable_save_v1``, which answers the same)."""
+SAVE = "steerable_save_v3"
+"""The stored procedure that appends messages and takes steers (made by step 8; step 1
+made ``steerable_save_v1`` and step 7 ``steerable_save_v2``, which answer the same)."""
 
 CONFLICT = "steerable: transcript conflict, stored "
 """How ``SAVE`` starts the message of the error it raises on a conflict; the count follows."""
 
-STEP = "steerable_step_v2"
-"""The stored procedure of the service's fenced save-and-take (made by step 7; step 2 made
-``steerable_step_v1``, which answers the same)."""
+STEP = "steerable_step_v3"
+"""The stored procedure of the service's fenced save-and-take (made by step 8; step 2 made
+``steerable_step_v1`` and step 7 ``steerable_step_v2``, which answer the same)."""
 
 FENCED = "steerable: fenced, epochs "
 """How ``STEP`` starts the message of its error for a stale lease: the lease's epoch and
@@ -540,7 +547,7 @@ END""",
 
 def _replaced(text: str, old: str, new: str) -> str:
     if text.count(old) != 1:
-        raise AssertionError(f"step 7 derives from steps 1 and 2: {old!r} is not in them once")
+        raise AssertionError(f"a step derives from an earlier one: {old!r} is not in it once")
     return text.replace(old, new)
 
 
@@ -559,7 +566,7 @@ _SAVE_V2 = _replaced(
     _replaced(
         _STEP_1[3],
         f"CREATE PROCEDURE IF NOT EXISTS {_SAVE_V1}(",
-        f"CREATE PROCEDURE {SAVE}(",
+        f"CREATE PROCEDURE {_SAVE_V2_NAME}(",
     ),
     _ANSWER,
     _answer_if("v_taken"),
@@ -568,17 +575,154 @@ _STEP_V2 = _replaced(
     _replaced(
         _STEP_2[4],
         f"CREATE PROCEDURE IF NOT EXISTS {_STEP_V1}(",
-        f"CREATE PROCEDURE {STEP}(",
+        f"CREATE PROCEDURE {_STEP_V2_NAME}(",
     ),
     _ANSWER,
     _answer_if("v_took"),
 )
 
 _STEP_7 = (
-    f"DROP PROCEDURE IF EXISTS {SAVE}",
+    f"DROP PROCEDURE IF EXISTS {_SAVE_V2_NAME}",
     _SAVE_V2,
-    f"DROP PROCEDURE IF EXISTS {STEP}",
+    f"DROP PROCEDURE IF EXISTS {_STEP_V2_NAME}",
     _STEP_V2,
+)
+
+# Step 8: a save skips the steers table when no steer may wait (issue 24). Every save with a
+# take ran an UPDATE of the steers table, which costs about 50-65 us of a 650-700 us save
+# (measured 2026-12-04 on MariaDB 10.11, CALLs on a held connection, none waiting; the floor,
+# a two-row autocommit INSERT, took 480-540 us) without finding a row. So the session's lock
+# row gets a mark, ``steers``, FALSE only when no steer of the session waits, and the save
+# reads it with the lock: ``SELECT ... FOR UPDATE`` of the row in place of the INSERT that
+# made or locked it (that INSERT only when the row is missing), cheaper than the INSERT on
+# its own. The mark is kept by the server, so a steerable of before that is still running
+# keeps it too:
+#
+# - A trigger sets it before every insert into the steers table (``steer()``, an old one's
+#   too), in the insert's transaction, making the lock row if missing: the insert takes the
+#   session's lock first, as a save does, so a save that holds the lock sees either no
+#   steer of the insert or the mark set.
+# - Only the new save (``steerable_save_v3``) clears it, under the lock, when its take found
+#   fewer steers than it could take: none waits then. A rollback restores it with the rest.
+# - The column's default is TRUE: for the rows of before (a steer of theirs may wait) and for
+#   a row made by anything but the trigger (the saves, the service, the rewrite verbs). A TRUE
+#   mark costs the next save with a take the UPDATE it always ran, which then clears it.
+#
+# A delete of a session's steers, or a take by an old procedure, may leave the mark TRUE with
+# none waiting: the next save with a take looks, as it always did. Nothing turns a taken
+# steer back into a waiting one. The new save's lock is a locking read, which on a row that
+# is missing locks the gap under REPEATABLE READ: two first saves of one session at once
+# can deadlock there, and the one rolled back runs again (the store retries a deadlock).
+#
+# The service's step (``steerable_step_v3``) needs no new column: its turn's row counts the
+# steers offered to it (``offered``: at each offer, and at the turn's start those offered
+# while it waited) and those it took (``steers_taken``), and a steer freed or cancelled stays
+# counted, so ``offered - steers_taken`` is never below the number waiting for the turn. The
+# step takes at most that many, so it skips the inputs table when none was offered since.
+_MIGRATE_8 = "steerable_migrate_v8"
+_SESSIONS_8 = _once(
+    "steerable_sessions", "steers", "ADD COLUMN steers BOOLEAN NOT NULL DEFAULT TRUE"
+)
+_MARK_8 = "steerable_steers_mark"
+
+_LOCK_V2 = (
+    "-- the session's lock: an exclusive row lock (on a duplicate key too) that every writer"
+    """
+    -- of the session holds until it commits
+    INSERT INTO steerable_sessions (session) VALUES (p_session)
+        ON DUPLICATE KEY UPDATE session = session;"""
+)
+
+_LOCK_V3 = """-- the session's lock: an exclusive lock of its row, which every writer of the session
+    -- holds until it commits, made if missing (a locking read takes no snapshot); and the
+    -- row's mark, which says whether a steer may wait (see schema step 8)
+    SELECT steers INTO v_steers FROM steerable_sessions
+        WHERE session = p_session FOR UPDATE;
+    IF v_steers IS NULL THEN
+        INSERT INTO steerable_sessions (session) VALUES (p_session)
+            ON DUPLICATE KEY UPDATE session = session;
+        SELECT steers INTO v_steers FROM steerable_sessions
+            WHERE session = p_session FOR UPDATE;
+    END IF;"""
+
+_TAKE_V2 = """-- mark the steers to take (-1: being taken, seen by no one else before COMMIT); an
+    -- UPDATE locks them exclusively at once, where a SELECT would share-lock and upgrade
+    IF p_take > 0 THEN
+        UPDATE steerable_steers SET taken_at = -1
+            WHERE session = p_session AND taken_at IS NULL ORDER BY seq LIMIT p_take;
+        SET v_taken = ROW_COUNT();
+    END IF;"""
+
+_TAKE_V3 = """-- mark the steers to take (-1: being taken, seen by no one else before COMMIT), if
+    -- any may wait; an UPDATE locks them exclusively at once, where a SELECT would
+    -- share-lock and upgrade
+    IF p_take > 0 AND v_steers THEN
+        UPDATE steerable_steers SET taken_at = -1
+            WHERE session = p_session AND taken_at IS NULL ORDER BY seq LIMIT p_take;
+        SET v_taken = ROW_COUNT();
+        IF v_taken < p_take THEN  -- it took every steer that waited
+            UPDATE steerable_sessions SET steers = FALSE WHERE session = p_session;
+        END IF;
+    END IF;"""
+
+_HANDLER = "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;"
+
+_SAVE_V3 = _replaced(
+    _replaced(
+        _replaced(
+            _replaced(_SAVE_V2, f"CREATE PROCEDURE {_SAVE_V2_NAME}(", f"CREATE PROCEDURE {SAVE}("),
+            f"DECLARE v_error VARCHAR(128);\n    {_HANDLER}",
+            # a missing lock row leaves v_steers NULL, with no warning for the client
+            f"DECLARE v_error VARCHAR(128);\n    DECLARE v_steers BOOLEAN DEFAULT NULL;\n"
+            f"    DECLARE CONTINUE HANDLER FOR NOT FOUND BEGIN END;\n    {_HANDLER}",
+        ),
+        _LOCK_V2,
+        _LOCK_V3,
+    ),
+    _TAKE_V2,
+    _TAKE_V3,
+)
+
+_TURN_V2 = """SELECT steps, steers_taken, cap, stop_requested INTO v_steps, v_taken, v_cap, v_stop
+        FROM steerable_turns WHERE session = p_session AND id = v_turn;"""
+
+_TURN_V3 = """-- offered - steers_taken: never fewer than wait for the turn (see schema step 8)
+    SELECT steps, steers_taken, cap, stop_requested, offered
+        INTO v_steps, v_taken, v_cap, v_stop, v_offered
+        FROM steerable_turns WHERE session = p_session AND id = v_turn;"""
+
+_STEP_V3 = _replaced(
+    _replaced(
+        _replaced(
+            _replaced(_STEP_V2, f"CREATE PROCEDURE {_STEP_V2_NAME}(", f"CREATE PROCEDURE {STEP}("),
+            "DECLARE v_cap BIGINT;",
+            "DECLARE v_cap BIGINT;\n    DECLARE v_offered BIGINT;",
+        ),
+        _TURN_V2,
+        _TURN_V3,
+    ),
+    "LEAST(p_take, v_cap - v_taken)",
+    "LEAST(p_take, v_cap - v_taken, v_offered - v_taken)",
+)
+
+_STEP_8 = (
+    f"DROP PROCEDURE IF EXISTS {_MIGRATE_8}",
+    f"""CREATE PROCEDURE {_MIGRATE_8}()
+MODIFIES SQL DATA
+SQL SECURITY INVOKER
+COMMENT 'steerable: schema step 8, made and dropped by the step itself'
+BEGIN
+    {_SESSIONS_8}
+END""",
+    f"CALL {_MIGRATE_8}()",
+    f"DROP PROCEDURE {_MIGRATE_8}",
+    f"""CREATE TRIGGER IF NOT EXISTS {_MARK_8} BEFORE INSERT ON steerable_steers FOR EACH ROW
+    INSERT INTO steerable_sessions (session) VALUES (NEW.session)
+        ON DUPLICATE KEY UPDATE steers = TRUE""",
+    f"DROP PROCEDURE IF EXISTS {SAVE}",
+    _SAVE_V3,
+    f"DROP PROCEDURE IF EXISTS {STEP}",
+    _STEP_V3,
 )
 
 MIGRATIONS: Final = validated(
@@ -602,6 +746,12 @@ MIGRATIONS: Final = validated(
             7,
             "the save and the step procedures answer their steers only when they took some",
             _STEP_7,
+        ),
+        Migration(
+            8,
+            "a steers mark on the session's lock row, kept by a trigger; a save and a step"
+            " that skip the steers when none may wait",
+            _STEP_8,
         ),
     ]
 )

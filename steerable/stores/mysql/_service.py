@@ -2,7 +2,7 @@
 
 Each write is one transaction of :mod:`._transaction`, under the session's service row
 lock (fencing is checked under it, a refusal rolls back whole); the step is one CALL of
-the schema's ``steerable_step_v2`` (step 7's), which does the same server side and also
+the schema's ``steerable_step_v3`` (step 8's), which does the same server side and also
 takes the core's lock, so the service's saves and the core's never interleave. An end that
 carries the turn's last save (``end_turn(last=..., at=...)``) appends it in the end's own
 transaction, under the service row lock that fences the end and then the core's lock, in

@@ -146,7 +146,8 @@ class MySQLStore(
         await self._check_once()
         # the steer keeps the text of the message that records it, so a take copies it;
         # a no-op update on a duplicate id, because INSERT IGNORE would also turn other
-        # errors (a value too long, say) into warnings
+        # errors (a value too long, say) into warnings. The table's trigger (schema step 8)
+        # first sets the session's steers mark, under its lock, so the next save looks.
         await self._run(
             "INSERT INTO steerable_steers (session, id, body) VALUES (%s, %s, %s)"
             " ON DUPLICATE KEY UPDATE id = id",

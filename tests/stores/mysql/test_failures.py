@@ -143,7 +143,7 @@ async def test_a_killed_connection_is_not_handed_out_again(store: MySQLStore) ->
                 "SELECT session FROM steerable_sessions WHERE session = %s FOR UPDATE", (sid,)
             )
         saving = asyncio.create_task(store.save(sid, [user("b")], at=1))
-        victim, _ = await _lock_waiter(f"INSERT INTO steerable_sessions%{sid}%")
+        victim, _ = await _lock_waiter(f"%steerable_sessions%{sid}%FOR UPDATE")
         await server.query(f"KILL CONNECTION {victim}")
         with pytest.raises(StoreUnavailable):
             await saving

@@ -21,7 +21,10 @@ from tests.stores.mysql import server
 
 # the procedures of a database at the latest schema: step 7's beside steps 1 and 2's, which a
 # steerable of before that is still running calls
-_PROCEDURES = ["steerable_save_v1", "steerable_save_v2", "steerable_step_v1", "steerable_step_v2"]
+_PROCEDURES = [
+    *("steerable_save_v1", "steerable_save_v2", "steerable_save_v3"),
+    *("steerable_step_v1", "steerable_step_v2", "steerable_step_v3"),
+]
 
 
 async def _rows(session: str) -> tuple[int, ...]:
@@ -56,7 +59,7 @@ async def test_a_database_of_schema_1_upgrades_keeping_its_data(
         await old.save("s", [user("kept", id="k")], at=0)
         await old.steer("s", Steer("waits", "w"))
         monkeypatch.undo()
-        assert await migrate(pool) == [2, 3, 4, 5, 6, 7]
+        assert await migrate(pool) == [2, 3, 4, 5, 6, 7, 8]
         store = MySQLStore(pool)
         assert [m.text for m in await store.messages("s")] == ["kept"]
         assert [s.id for s in await store.steers("s")] == ["w"]
@@ -96,7 +99,7 @@ async def test_a_database_of_schema_2_upgrades_keeping_its_turns_running(
             await cursor.execute("CALL steerable_save_v1('s', 0, 0, %s)", (batch,))
         for statement in _SCHEMA_2_ROWS:
             await server.on_pool(pool, statement)
-        assert await migrate(pool) == [3, 4, 5, 6, 7]
+        assert await migrate(pool) == [3, 4, 5, 6, 7, 8]
         store = MySQLStore(pool)
         turns = await store.turns("s", after=0, limit=10)
         assert [(t.id, t.seq, t.state, t.started_at, t.usage) for t in turns] == [
@@ -138,7 +141,7 @@ async def test_a_step_3_cut_off_half_way_runs_again_whole(
             # recorded (and before it dropped its procedure)
             for statement in MIGRATIONS[2].steps[:3]:
                 await server.on_pool(pool, statement)
-            assert await migrate(pool) == [3, 4, 5, 6, 7]
+            assert await migrate(pool) == [3, 4, 5, 6, 7, 8]
         store = MySQLStore(pool)
         await store.enqueue("s", Input("send", "go", "t", {"k": 1}))
         view = await store.input("s", "t")
