@@ -28,6 +28,17 @@ them in its ``turn_ended`` event. A claim's transaction locks the service docume
 chunks and blobs of the messages the claimer does not hold under that mark (see
 :meth:`MongoServiceTables._unknown` for a ``replace`` in between).
 
+A claim with ``first`` makes the new turn's first step in its own transaction, by the
+step's code (:meth:`MongoServiceTables._stepped`) on what the claim has locked and read:
+the prompt's message appended at the turn's start (its blob, if any, written in the
+transaction), the offered steers read (in place of the claim's count, unless the cap is
+reached) and taken, their update and the step's events; the turn is inserted with the
+step's counts, and the service document's counters and the events are written once for
+both. Beside the claim alone that is one command (the append) and the tail's ids read with
+the length, where a step after the claim is eight commands and a commit. A prompt whose id
+the tail holds makes no step; one whose id a chunk holds is refused by the unique index,
+which aborts the transaction, and the claim is made again without the step.
+
 The clock
 ---------
 Leases use the server's clock: ``$$NOW`` in a pipeline update, as ``{$toLong: "$$NOW"}``
@@ -88,8 +99,17 @@ from steerable.stores.mongodb._transactions import Events
 from steerable.stores.mongodb._views import MongoServiceViews
 
 _T = TypeVar("_T")
+_Claimed = (
+    tuple[Lease, str, Input, int, bool, int, int, int, bool, str | None, str, list[Message] | None]
+    | None
+)
+"""A claim's transaction's answer, before its messages are read; None: nothing claimed."""
 _SCAN = 16  # candidates a claim that names no session tries
 _IDS: Doc = {"i": 1}
+
+
+class _PromptStored(Exception):
+    """A claim's first step met the prompt's id in a chunk: the claim is made without it."""
 
 
 def stops_cursor(service: AsyncCollection[Any], holder: str) -> AsyncCursor[Any]:
@@ -173,17 +193,16 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         first: bool = False,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given),
-        leaving out the messages the claimer knows under the transcript's mark."""
-        if first:  # PLACEHOLDER(i24-first): the first step with the claim is not made yet
-            raise UsageError("claim(first=True) is not supported by this store yet")
+        leaving out the messages the claimer knows under the transcript's mark, and make a
+        new turn's first step in the claim's transaction if ``first``."""
         with reaching("claim a session"):
             if session is not None:
-                return await self._claim(session, holder, seconds, cap, known)
+                return await self._claim(session, holder, seconds, cap, known, first)
             hello = await self.db.client.admin.command("hello")
             now = int(hello["localTime"].replace(tzinfo=UTC).timestamp() * 1000)
             candidates = self._service.find({"w": True, "x": {"$lte": now}}, {"_id": 1})
             for doc in await candidates.sort("x", 1).limit(_SCAN).to_list(None):
-                claim = await self._claim(doc["_id"], holder, seconds, cap, known)
+                claim = await self._claim(doc["_id"], holder, seconds, cap, known, first)
                 if claim is not None:
                     return claim
             return None
@@ -195,12 +214,29 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         seconds: float,
         cap: int,
         known: Mapping[str, Known] | None,
+        first: bool,
     ) -> Claim | None:
-        found = await self._transaction(lambda s: self._claim_in(s, session, holder, seconds, cap))
+        """The claim's transaction (through :meth:`_saving`, which flushes the head after a
+        first step that made it big), then the messages the claimer does not hold.
+
+        A first step whose prompt's id a chunk holds is refused by the unique index, which
+        aborts the transaction: the claim is made again without the step (the tail's ids
+        are checked in the transaction, so only a flushed id costs that second round)."""
+
+        def claiming(
+            step: bool,
+        ) -> Callable[[AsyncClientSession], Awaitable[tuple[_Claimed, Doc | None]]]:
+            return lambda s: self._claim_in(s, session, holder, seconds, cap, step)
+
+        try:
+            found = await self._saving(session, Staged(), claiming(first))
+        except _PromptStored:
+            found = await self._saving(session, Staged(), claiming(False))
         if found is None:
             return None
-        lease, turn, prompt, start, resumed, steps, taken, cap, stop, previous, mark = found
-        skip, messages, mark = await self._unknown(session, mark, known)
+        lease, turn, prompt, start, resumed, steps, took, cap, stop, previous, mark, taken = found
+        end = start if taken is not None else None  # the transcript before the first step
+        skip, messages, mark = await self._unknown(session, mark, known, end)
         return Claim(
             lease,
             turn,
@@ -209,19 +245,21 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
             messages,
             resumed,
             steps,
-            taken,
+            took,
             cap,
             stop,
             previous,
             mark,
             skip,
+            taken,
         )
 
     async def _unknown(
-        self, session: str, mark: str, known: Mapping[str, Known] | None
+        self, session: str, mark: str, known: Mapping[str, Known] | None, end: int | None = None
     ) -> tuple[int, list[Message], str]:
-        """The messages a claimer does not hold, how many it holds, and the mark they are
-        read under (``mark``, the one the claim's transaction locked).
+        """The messages a claimer does not hold (before position ``end``, if given: a first
+        step's are left out), how many it holds, and the mark they are read under
+        (``mark``, the one the claim's transaction locked).
 
         Read after the claim commits, as the whole transcript is: the head, then only the
         chunks and blobs at or after what the claimer holds. While the claimed turn runs a
@@ -231,32 +269,49 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         whole transcript is read instead, under no mark (""), which no claimer holds.
         """
         head = await self._head_of(session)
-        skip = known_length(known, session, mark, int(head["n"]) if head else 0)
-        messages = await self._messages_from(session, head, skip)
+        stored = int(head["n"]) if head else 0
+        until = stored if end is None else min(end, stored)
+        skip = known_length(known, session, mark, until)
+        messages = (await self._messages_from(session, head, skip))[: until - skip]
         if skip:
             now: Doc | None = await self._service.find_one({"_id": session}, {"mk": 1})
             if now is None or now.get("mk") != mark:
-                return 0, await self.messages(session), ""
+                return 0, (await self.messages(session))[:end], ""
         return skip, messages, mark
 
     async def _claim_in(
-        self, s: AsyncClientSession, session: str, holder: str, seconds: float, cap: int
-    ) -> tuple[Lease, str, Input, int, bool, int, int, int, bool, str | None, str] | None:
+        self,
+        s: AsyncClientSession,
+        session: str,
+        holder: str,
+        seconds: float,
+        cap: int,
+        first: bool,
+    ) -> tuple[_Claimed, Doc | None]:
+        """The claim in ``s``, and the head if a first step wrote it (else None)."""
         free = {"$expr": {"$lte": ["$x", NOW]}}
         # `ph` keeps the holder this claim takes over: in one stage "$h" is still the old one
         claimed = {"ep": {"$add": ["$ep", 1]}, "h": {"$literal": holder}, "ph": "$h"}
         claimed["x"] = {"$add": ["$now", round(seconds * 1000)]}
         service = await self._lock(s, {"_id": session, "w": True} | free, claimed)
         if service is None:
-            return None
+            return None, None
         epoch, events = int(service["ep"]), Events(session, service)
         lease = Lease(session, holder, epoch, int(service["x"]) / 1000)
         resumed = service["run"] is not None
-        change: Doc = {"$inc": {"ev": 2 if resumed else 1}}
+        change: Doc = {"$inc": {}}
+        taken: list[Message] | None = None
+        written: Doc | None = None
         if not resumed:
-            prompt, turn = await self._start(s, session, service, cap)
+            prompt, turn, in_tail = await self._start(s, session, service, cap, first)
             name = prompt["i"]
-            change["$inc"] |= {"tn": 1, "q": -1, "wt": -1}
+            events.add("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": False})
+            if first and name not in in_tail:
+                taken, written = await self._first_step(s, service, turn, prompt, in_tail, events)
+            elif "of" not in turn:  # counted by the step, which is not made
+                turn["of"] = await self._offered_count(s, service, name)
+            await self._turns.insert_one(turn, session=s)
+            change["$inc"] |= {"tn": 1, "q": -1, "wt": -1 - int(turn["tk"])}
             change["$set"] = {"run": name, "sr": False}
         else:
             name = service["run"]
@@ -266,57 +321,90 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
                 return_document=ReturnDocument.AFTER,
                 session=s,
             )
-            first: Doc | None = await self._inputs.find_one({"_id": key(session, name)}, session=s)
-            if found is None or first is None:
+            held: Doc | None = await self._inputs.find_one({"_id": key(session, name)}, session=s)
+            if found is None or held is None:
                 raise StoreError(f"session {session!r}: the running turn {name!r} is missing")
-            prompt, turn = first, found
+            prompt, turn = held, found
             events.add("holder", name, {"holder": holder, "epoch": epoch})
-        events.add("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": resumed})
+            events.add("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": True})
+        change["$inc"]["ev"] = len(events.docs)
         await self._service.update_one({"_id": session}, change, session=s)
         await events.write(self._events, s)
-        steps, taken, stop = int(turn["steps"]), int(turn["tk"]), bool(turn["stop"])
+        steps, took, stop = int(turn["steps"]), int(turn["tk"]), bool(turn["stop"])
         start, cap = int(turn["start"]), int(turn["cap"])
         previous = service.get("ph") if resumed else None
         mark = str(service.get("mk", ""))  # "": a document step 6 has not given one yet
-        return (
-            lease,
-            name,
-            input_of(prompt),
-            start,
-            resumed,
-            steps,
-            taken,
-            cap,
-            stop,
-            previous,
-            mark,
-        )
+        claim = (lease, name, input_of(prompt), start, resumed, steps, took, cap, stop, previous)
+        return (*claim, mark, taken), written
 
     async def _start(
-        self, s: AsyncClientSession, session: str, service: Doc, cap: int
-    ) -> tuple[Doc, Doc]:
-        """Make the head of the queue the prompt of a new turn; the prompt and the turn.
+        self, s: AsyncClientSession, session: str, service: Doc, cap: int, first: bool
+    ) -> tuple[Doc, Doc, set[str]]:
+        """Make the head of the queue the prompt of a new turn; the prompt, the turn (not
+        inserted yet) and, if ``first``, the ids in the head's tail.
 
-        The steers offered to the prompt while it waited count as offered to the turn.
+        The steers offered to the prompt while it waited count as offered to the turn; a
+        first step that can take them all reads them, so they are counted here only if
+        not (``of`` left out: the caller counts them when no step is made).
         """
         prompt = await self._first_queued(session, s)
         if prompt is None:
             raise StoreError(f"session {session!r} says it has work but nothing waits")
         name = prompt["i"]
-        offered = 0
-        if int(service["wt"]) > int(service["q"]):  # some steer is offered: to this head
-            query = {"s": session, "st": "waiting", "t": name}
-            offered = await self._inputs.count_documents(query, session=s)
         await self._inputs.update_one(
             {"_id": prompt["_id"]}, {"$set": {"st": "prompt", "t": name}}, session=s
         )
+        fields = {"n": 1, "tail.i": 1} if first else {"n": 1}
+        head = await self._heads.find_one({"_id": session}, fields, session=s)
         turn: Doc = {"_id": key(session, name), "s": session, "i": name, "n": prompt["n"]}
-        turn |= {"o": service["tn"] + 1, "start": await self._length(session, s), "cap": cap}
-        turn |= {"st": "running", "ep": service["ep"], "steps": 0, "tk": 0, "of": offered}
+        turn |= {"o": service["tn"] + 1, "start": int(head["n"]) if head else 0, "cap": cap}
+        turn |= {"st": "running", "ep": service["ep"], "steps": 0, "tk": 0}
         turn |= {"stop": False, "end": None, "tx": json.dumps(""), "er": None}
         turn["sa"] = service["now"]
-        await self._turns.insert_one(turn, session=s)
-        return prompt, turn
+        if not first or cap == 0:
+            turn["of"] = await self._offered_count(s, service, name)
+        in_tail = {entry["i"] for entry in head.get("tail", ())} if head else set()
+        return prompt, turn, in_tail
+
+    async def _offered_count(self, s: AsyncClientSession, service: Doc, turn: str) -> int:
+        """How many steers are offered to ``turn`` (no read when the counters say none)."""
+        if int(service["wt"]) <= int(service["q"]):  # no steer is offered: to this head
+            return 0
+        query = {"s": service["_id"], "st": "waiting", "t": turn}
+        return await self._inputs.count_documents(query, session=s)
+
+    async def _first_step(
+        self,
+        s: AsyncClientSession,
+        service: Doc,
+        turn: Doc,
+        prompt: Doc,
+        in_tail: set[str],
+        events: Events,
+    ) -> tuple[list[Message], Doc | None]:
+        """A new turn's first step in its claim's transaction, made by :meth:`_stepped` as
+        a step makes it: the prompt's message at the turn's start, then the steers offered.
+
+        ``turn`` (to be inserted) gets the step's counts, and ``of``: the steers taken, and
+        any left waiting beyond the cap (counted only when the cap was reached). Returns the
+        steers taken and the head; :class:`_PromptStored` if a chunk holds the prompt's id.
+        """
+        message = input_of(prompt).message(steered=False)
+        staged = layout.stage(service["_id"], [(message.id, codec.encode(message))])
+        if staged.blobs:
+            await self._blobs_of(s, staged)
+        start, cap = int(turn["start"]), int(turn["cap"])
+        try:
+            taken, head, done = await self._stepped(
+                s, service, turn, start, in_tail, [message], staged, cap, False, events
+            )
+        except InvalidMessage:  # the unique index: a chunk holds the prompt's id
+            raise _PromptStored from None
+        turn["steps"], turn["tk"] = done["steps"], done["tk"]
+        if "of" not in turn:  # the cap is not 0: the step read up to cap of them
+            left = await self._offered_count(s, service, turn["i"]) if done["tk"] == cap else 0
+            turn["of"] = done["tk"] + left
+        return taken, head
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
@@ -413,6 +501,40 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         in_tail = {entry["i"] for entry in head.get("tail", ())} if head else set()
         if len(set(new_ids)) != len(new_ids) or not in_tail.isdisjoint(new_ids):
             raise InvalidMessage(f"session {session!r}: a message id is already stored")
+        events = Events(session, service)
+        taken, written, done = await self._stepped(
+            s, service, turn, at, in_tail, messages, staged, take, final, events
+        )
+        await self._turns.update_one({"_id": turn["_id"]}, {"$inc": done}, session=s)
+        counts = {"ev": len(events.docs), "wt": -done["tk"]}
+        await self._service.update_one({"_id": session}, {"$inc": counts}, session=s)
+        await events.write(self._events, s)
+        after = service | {name: int(service[name]) + n for name, n in counts.items()}
+        return taken, written, after
+
+    async def _stepped(
+        self,
+        s: AsyncClientSession,
+        service: Doc,
+        turn: Doc,
+        at: int,
+        in_tail: set[str],
+        messages: Sequence[Message],
+        staged: Staged,
+        take: int,
+        final: bool,
+        events: Events,
+    ) -> tuple[list[Message], Doc | None, dict[str, int]]:
+        """A step's work once its caller locked the service document, read ``turn`` and
+        checked ``messages`` against the tail (``in_tail``, its ids; ``at``, its length):
+        the steers taken, the append, the taken inputs, the events (added to ``events``).
+
+        Returns the steers taken, the head if written, and what the turn's ``steps`` and
+        ``tk`` grow by (the caller writes them, the service's counters and the events):
+        :meth:`_step`'s and a claim's first step's (:meth:`_first_step`) one code.
+        """
+        session, name = service["_id"], turn["i"]
+        new_ids = [m.id for m in messages]
         is_step = counts_as_step(messages, take, final=final)
         steps = int(turn["steps"]) + is_step
         room = 0 if turn["stop"] else max(0, min(take, int(turn["cap"]) - int(turn["tk"])))
@@ -430,18 +552,10 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
                 {"$set": {"st": "taken", "sp": steps}},
                 session=s,
             )
-        inc = {"steps": int(is_step), "tk": len(offered)}
-        await self._turns.update_one({"_id": turn["_id"]}, {"$inc": inc}, session=s)
-        events = _step_events(
-            Events(session, service), name, stored, messages, offered, taken, steps
-        )
+        _step_events(events, name, at, messages, offered, taken, steps)
         if is_step:
-            events.add("step", name, {"step": steps, "length": stored + len(messages) + len(taken)})
-        counts = {"ev": len(events.docs), "wt": -len(offered)}
-        await self._service.update_one({"_id": session}, {"$inc": counts}, session=s)
-        await events.write(self._events, s)
-        after = service | {name: int(service[name]) + n for name, n in counts.items()}
-        return taken, written, after
+            events.add("step", name, {"step": steps, "length": at + len(messages) + len(taken)})
+        return taken, written, {"steps": int(is_step), "tk": len(offered)}
 
     async def _fresh(
         self, s: AsyncClientSession, session: str, offered: list[Doc], known: set[str]
