@@ -40,12 +40,13 @@ log = logging.getLogger("steerable.service")
 class LeaseCell:
     """The current lease of a turn (renewals replace it) and whether it was lost."""
 
-    __slots__ = ("fenced", "lease", "steps", "store_failed", "taken", "traces")
+    __slots__ = ("behind", "fenced", "lease", "steps", "store_failed", "taken", "traces")
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.fenced = False
         self.store_failed = False  # a write failed on the store: the turn is carried on
+        self.behind = False  # its first call was not its claim's first step: carried on too
         self.steps = 0  # the steps this holder stored
         self.taken = 0  # the steers they took
         self.traces: dict[str, dict[str, str]] = {}  # a taken steer's trace context, by id
@@ -197,7 +198,7 @@ class FencedStore:
     def _behind(self) -> None:
         """The turn's call does not follow what its claim stored: carry it on from the store."""
         self._ahead = None
-        self._cell.store_failed = True
+        self._cell.store_failed = self._cell.behind = True
         raise Ahead(
             f"session {self._session!r}: the turn's first call was not the first step its"
             " claim made; it is carried on from the stored transcript"

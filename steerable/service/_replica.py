@@ -73,6 +73,7 @@ class Counters:
     recorded_on_takeover: int = 0
     store_errors: int = 0
     read_since: int = 0  # claims that read only the messages stored since this replica's last
+    behind: int = 0  # turns whose first call was not the first step their claim made
     running: dict[str, str] = field(default_factory=dict)  # session -> turn
 
 
@@ -436,7 +437,11 @@ class Replica:
             outcome = await self._run(serving.turn)
             if not cell.store_failed or cell.fenced or serving.stop:
                 return outcome
-            self.counters.store_errors += 1
+            if cell.behind:
+                cell.behind = False
+                self.counters.behind += 1
+            else:
+                self.counters.store_errors += 1
             reloaded = await self._reload(claim, serving)
             if reloaded is None:
                 return outcome

@@ -236,7 +236,7 @@ class _Flaky(MemoryStore):
 async def test_a_store_outage_mid_turn_is_carried_on_with_nothing_twice(
     after_writing: bool,
 ) -> None:
-    store = _Flaky(2, after_writing=after_writing)
+    store = _Flaky(1, after_writing=after_writing)  # the tool's step (the claim made the first)
     service = Service(store, demo_agent(seconds=0.01), poll=0.05)
     async with service.serving() as replica:
         first = await service.send("s", "go")

@@ -1,7 +1,7 @@
 """A replica's store calls: none spent on a claim it can tell will find nothing (after
 claiming a session a hint named it waits for the next hint, a hint its own later claim
-answered is passed over, a turn's end wakes the claims only when they waited for room), and
-a turn's answer saved with its end, in one call.
+answered is passed over, a turn's end wakes the claims only when they waited for room), a
+turn's first step made with its claim, and its answer saved with its end, in one call.
 
 Over the memory store, which notifies; its calls are counted.
 """
@@ -28,6 +28,7 @@ class Counted(MemoryStore):
         super().__init__()
         self.found = 0
         self.none = 0
+        self.firsts = 0  # claims asked to make the turn's first step
         self.steps = 0
         self.ends: list[int] = []  # each end's count of last messages
 
@@ -64,6 +65,7 @@ class Counted(MemoryStore):
         known: Mapping[str, Known] | None = None,
         first: bool = False,
     ) -> Claim | None:
+        self.firsts += first
         claim = await super().claim(
             holder, seconds=seconds, cap=cap, session=session, known=known, first=first
         )
@@ -105,7 +107,8 @@ async def test_a_turn_s_answer_is_saved_with_its_end() -> None:
         sent = await service.send("s", "go")
         done = await service.wait("s", sent.id, seconds=20)
     assert done is not None and done.state == "completed" and done.text == "answered: go"
-    assert (store.steps, store.ends) == (2, [1]), "the prompt's step, the tool's, then the end"
+    assert store.firsts >= 1, "the claim made the prompt's step"
+    assert (store.steps, store.ends) == (1, [1]), "then the tool's step, then the end"
     messages = await store.messages("s")
     assert [m.role for m in messages][-1] == "assistant" and messages[-1].text == done.text
     kinds = [e.kind for e in await store.events("s", after=0, limit=100)]
@@ -129,7 +132,7 @@ async def test_a_store_whose_end_takes_no_last_save_gets_the_answer_as_a_step() 
         sent = await service.send("s", "go")
         done = await service.wait("s", sent.id, seconds=20)
     assert done is not None and done.state == "completed"
-    assert (store.steps, store.ends) == (3, [0])
+    assert (store.steps, store.ends) == (2, [0])
     assert (await store.messages("s"))[-1].text == "answered: go"
 
 
@@ -219,7 +222,7 @@ async def test_a_store_whose_end_takes_any_keyword_is_not_given_the_answer_to_dr
         done = await service.wait("s", sent.id, seconds=20)
     assert done is not None and done.state == "completed"
     assert (await store.messages("s"))[-1].text == "answered: go", "the answer was stored"
-    assert store.steps == 3
+    assert store.steps == 2
 
 
 class _ReadFails(MemoryStore):

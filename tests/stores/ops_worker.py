@@ -96,6 +96,20 @@ async def end(store: Any, sid: str, op: int) -> None:
         await store.end_turn(_LEASES.pop(sid), outcome, last=answer, at=1)
 
 
+async def first(store: Any, sid: str, op: int) -> None:
+    """Op ``op`` on ``sid``: a turn whose claim makes its first step, taking two steers."""
+    if op == 0:
+        await store.enqueue(sid, Input("send", "the prompt", "p"))
+    elif op in (1, 2):
+        await store.enqueue(sid, Input("steer", f"steer {op}", f"s{op}"))
+    elif op == 3:
+        claim = await store.claim("w", seconds=600, cap=16, session=sid, first=True)
+        _LEASES[sid] = claim.lease
+    else:
+        outcome = Outcome("completed", "done")
+        await store.end_turn(_LEASES.pop(sid), outcome, last=[assistant("done", id="d")], at=3)
+
+
 Op = Callable[[Any, str, int], Awaitable[None]]
 
 KINDS: dict[str, tuple[tuple[str, ...], Op]] = {
@@ -107,6 +121,7 @@ KINDS: dict[str, tuple[tuple[str, ...], Op]] = {
     "fork": (("save 300", "fork through 200", "fork all"), fork),
     "repair": (("save 200", "replace 100 by 200", "begin", "end", "replace to 50"), repair),
     "end": (("send p", "claim", "save the prompt", "end with the answer"), end),
+    "first": (("send p", "steer s1", "steer s2", "claim, first step", "end"), first),
 }
 """Each kind's ops, in the order they are done to a session, and what does them."""
 
