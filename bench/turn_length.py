@@ -9,8 +9,10 @@ the replica that served it would (", held": after each turn it knows the whole t
 under the claim's mark; a session filled anew gets one untimed turn first, which reads it
 all, as the first turn a replica serves of a session does). ``--held-only`` runs only the
 held sessions: a claim that reads a whole long transcript slows the store's next calls by
-itself (on SQLite its worker thread's next call took about 1 ms more after a claim of 10,000
-messages), and in the interleaved run that lands on whatever comes next.
+itself, and in the interleaved run that lands on whatever comes next (on SQLite the worker
+thread's next call took 1 to 3 ms more after a claim of 10,000 messages while the claim's raw
+rows were freed there; now about 0.4 ms more, the CPU's caches emptied by the read:
+``python -m bench.sqlite_next_call``).
 
 Each store gets one session per length, filled (untimed, through the store's own ``save``)
 with N messages of about 1 KB each, in the pattern of real turns: a user prompt, an

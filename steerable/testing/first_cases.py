@@ -149,6 +149,27 @@ async def a_takeover_makes_no_first_step(store: Both) -> None:
 
 
 @_case
+async def a_takeover_of_a_turn_that_stored_nothing_makes_no_step(store: Both) -> None:
+    """A turn claimed without ``first`` whose holder died before its first save, taken over
+    with ``first``: resumed, nothing stored, nothing taken (the new holder's own first save
+    stores the prompt and takes the steers, as a takeover's does)."""
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "one", "s"))
+    gone = await store.claim("a", seconds=SHORT, cap=16, session=sid)
+    assert gone is not None and gone.taken is None
+    await asyncio.sleep(WAIT)
+    again = await _claim(store, sid, holder="b")
+    assert again.resumed and again.taken is None
+    assert (again.steps, again.steers_taken) == (0, 0)
+    assert await store.messages(sid) == []
+    waiting = await store.input(sid, "s")
+    assert waiting is not None and waiting.state == "waiting"
+    message = again.prompt.message(steered=False)
+    assert _ids(await store.step(again.lease, [message], at=0, take=16)) == ["s"]
+
+
+@_case
 async def a_claim_without_first_makes_no_step(store: Both) -> None:
     """The default claim stores nothing: the turn's first save is its own call."""
     sid = _sid()
@@ -216,3 +237,20 @@ async def a_first_claim_whose_prompt_id_is_stored_makes_no_step(store: Both) -> 
     assert [m.id for m in await store.messages(sid)] == ["t"]
     waiting = await store.input(sid, "s")
     assert waiting is not None and waiting.state == "waiting"
+
+
+@_case
+async def a_first_claim_takes_a_steer_already_stored_without_storing_it_again(
+    store: Both,
+) -> None:
+    """A steer whose id a plain save already stored in the transcript is taken at the first
+    step (counted, its input taken) but not recorded again, as ``step`` does."""
+    sid = _sid()
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "one", "s"))
+    await store.save(sid, [user("one", id="s")], at=0)
+    claim = await _claim(store, sid)
+    assert claim.start == 1 and claim.taken == [] and claim.steers_taken == 1
+    assert [m.id for m in await store.messages(sid)] == ["s", "t"]
+    taken = await store.input(sid, "s")
+    assert taken is not None and (taken.state, taken.step) == ("taken", 1)

@@ -7,6 +7,7 @@ import asyncio
 import sqlite3
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -226,3 +227,19 @@ async def test_a_save_with_no_steer_waiting_looks_before_it_takes(tmp_path: Path
         "SEARCH steerable_steers USING COVERING INDEX steerable_steers_waiting"
         " (session=? AND taken=?)",
     ]
+
+
+class _Rows:
+    """A stand-in for a large result (a whole transcript's rows), weakly referable."""
+
+
+async def test_a_worker_call_s_result_dies_with_the_caller_s_last_reference(
+    tmp_path: Path,
+) -> None:
+    # The event loop keeps the executor's future until this task next yields: a result
+    # carried by it would outlive the caller and be freed at the caller's next await.
+    async with SQLiteStore(tmp_path / "s.db") as store:
+        result = await store._call(lambda db: _Rows())
+        dead = weakref.ref(result)
+        del result
+        assert dead() is None  # freed here, before this task yields again

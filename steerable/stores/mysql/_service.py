@@ -19,6 +19,15 @@ Where a steer goes (the contract's rule): to the running turn while it runs, is 
 stopping and was offered fewer than its cap; with no turn running, to the first input
 waiting to be a turn (the head of the queue), uncapped, and the claim that starts it
 counts those steers as offered to it. An input's ``turn`` column holds where it went.
+
+A claim with ``first`` makes a new turn's first step in its own transaction, with
+statements of its own rather than the step procedure (which commits itself): the core's
+lock right after the service row's, then the step's writes as the procedure makes them,
+the messages with the end's statement and the events with the claim's. With no steer
+offered to the turn that is two statements more than the claim (the core's lock and the
+insert: whether the prompt is stored is read with the prompt, the turn's counts are set
+with the service row's), two more to take steers, and one transaction fewer than a claim
+and a step.
 """
 
 from __future__ import annotations
@@ -191,9 +200,8 @@ class MySQLServiceTables(Transactions):
         first: bool = False,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given),
-        leaving out the messages the claimer knows under the transcript's mark."""
-        if first:  # PLACEHOLDER(i24-first): the first step with the claim is not made yet
-            raise UsageError("claim(first=True) is not supported by this store yet")
+        leaving out the messages the claimer knows under the transcript's mark, and make a
+        new turn's first step in the claim's transaction if ``first`` (see :func:`_first`)."""
         check_id(holder, "holder id")
         if session is not None:
             check_id(session, "session id")
@@ -218,7 +226,7 @@ class MySQLServiceTables(Transactions):
             svc = await locked(tx, name)
             if svc is None or svc.live or (svc.running is None and svc.queued == 0):
                 return None
-            return await _claim(tx, name, svc, holder, seconds, cap, known)
+            return await _claim(tx, name, svc, holder, seconds, cap, known, first)
 
         return await self._atomic(session or "", work)
 
@@ -368,15 +376,17 @@ class _Last:
         """The transcript's length after the save."""
         return self.at + len(self.ids)
 
-    async def append(self, tx: Tx) -> None:
+    async def append(self, tx: Tx, *, core_locked: bool = False) -> None:
         """Append the messages under the core's lock (taken after the service row's, as
-        the step procedure does); :class:`TranscriptConflict` unless ``at`` is the length,
-        :class:`InvalidMessage` (the messages' unique key) for an id stored already.
+        the step procedure does, unless ``core_locked``: the transaction holds it already);
+        :class:`TranscriptConflict` unless ``at`` is the length, :class:`InvalidMessage`
+        (the messages' unique key) for an id stored already.
 
         One ``INSERT ... SELECT`` that inserts only if the transcript's length is ``at``:
         the length is read again only to say why it did not.
         """
-        await tx.run(CORE_LOCK, (self.session,))
+        if not core_locked:
+            await tx.run(CORE_LOCK, (self.session,))
         # the time is the column's default, as the step procedure's insert takes it
         rows = " UNION ALL ".join(["SELECT %s, %s, %s, %s"] * len(self.ids))
         args: list[object] = [
@@ -548,12 +558,18 @@ async def _claim(
     seconds: float,
     cap: int,
     known: Mapping[str, Known] | None,
+    first: bool,
 ) -> Claim:
     epoch = svc.epoch + 1
     expires = svc.until(seconds)
+    resumed = svc.running is not None
+    stepping = first and not resumed
+    if stepping:
+        # the core's lock before the first plain read (as the step procedure takes it): no
+        # save appends between the length read below, the turn's start, and the step at it
+        await tx.run(CORE_LOCK, (session,))
     skip, messages = await _unknown(tx, session, svc.mark, known)
     events: list[tuple[EventKind, str | None, Any]] = []
-    resumed = svc.running is not None
     if svc.running is None:
         name = await _start(tx, session, svc.turns + 1, skip + len(messages), cap, epoch)
     else:
@@ -566,19 +582,19 @@ async def _claim(
     turn = await turn_of(tx, session, name)
     if turn is None:  # made or found just above, in this transaction
         raise StoreUnavailable(f"session {session!r}: the turn {name!r} is missing")
-    prompts = await tx.rows(f"{INPUT} WHERE session = %s AND id = %s", (session, name))
-    prompt = input_view(prompts[0])
+    prompt, stored = await _prompt(tx, session, name, stepping)
     events.append(("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": resumed}))
+    step = await _first(tx, session, turn, prompt) if stepping and not stored else None
+    if step is not None:
+        events += step.events
+        turn = replace(turn, steps=turn.steps + 1, steers_taken=step.steers)
     await tx.emit(session, svc.events, events)
-    await tx.run(
-        "UPDATE steerable_service SET epoch = %s, holder = %s, expires = %s, running = %s,"
-        " queued = queued - %s, turns = turns + %s, events = events + %s WHERE session = %s",
-        (epoch, holder, expires, name, int(not resumed), int(not resumed), len(events), session),
-    )
+    claimed = (epoch, holder, expires, name, int(not resumed), int(not resumed), len(events))
+    await _claimed(tx, session, name, claimed, step)
     return Claim(
         Lease(session, holder, epoch, float(expires)),
         name,
-        Input(prompt.kind, prompt.text, prompt.id, prompt.metadata, prompt.trace),
+        prompt,
         turn.start,
         messages,
         resumed,
@@ -589,4 +605,105 @@ async def _claim(
         svc.holder if resumed else None,  # the locked row's, before this claim wrote it
         svc.mark,
         skip,
+        None if step is None else step.taken,
     )
+
+
+_CLAIMED = (
+    "s.epoch = %s, s.holder = %s, s.expires = %s, s.running = %s, s.queued = s.queued - %s,"
+    " s.turns = s.turns + %s, s.events = s.events + %s"
+)
+"""What a claim sets on the session's service row (``s``)."""
+
+
+async def _claimed(
+    tx: Tx, session: str, turn: str, claimed: Sequence[object], step: _Step | None
+) -> None:
+    """Write the claim's values (:data:`_CLAIMED`'s) on the service row and, if it made
+    ``turn``'s first ``step``, the step's counts on the turn in the same statement."""
+    if step is None:
+        await tx.run(
+            f"UPDATE steerable_service AS s SET {_CLAIMED} WHERE s.session = %s",
+            (*claimed, session),
+        )
+        return
+    await tx.run(
+        "UPDATE steerable_service AS s JOIN steerable_turns AS t ON t.session = s.session"
+        f" AND t.id = %s SET {_CLAIMED}, t.steps = t.steps + 1, t.steers_taken = %s"
+        " WHERE s.session = %s",
+        (turn, *claimed, step.steers, session),
+    )
+
+
+_STORED = "SELECT EXISTS(SELECT 1 FROM steerable_messages WHERE session = %s AND id = %s)"
+"""Whether the transcript holds a message of the id."""
+
+
+async def _prompt(tx: Tx, session: str, turn: str, stepping: bool) -> tuple[Input, bool]:
+    """The prompt of ``turn``, and (when ``stepping``: read with it, in one statement)
+    whether its id is a message of the transcript already."""
+    prompt = f"{INPUT} WHERE session = %s AND id = %s"
+    if stepping:
+        rows = await tx.rows(
+            f"SELECT * FROM ({prompt}) AS p, ({_STORED} AS stored) AS s",
+            (session, turn, session, turn),
+        )
+    else:
+        rows = await tx.rows(prompt, (session, turn))
+    row = rows[0]
+    view = input_view(row[:10])
+    stored = stepping and bool(row[10])
+    return Input(view.kind, view.text, view.id, view.metadata, view.trace), stored
+
+
+_TAKE = (
+    "UPDATE steerable_inputs SET state = 'taken', step = 1 WHERE session = %s"
+    " AND state = 'waiting' AND turn = %s ORDER BY seq LIMIT %s"
+)
+"""A new turn's first step takes the steers offered to it, in order (the step procedure's
+take, with the step's number known: 1)."""
+
+_TOOK = (
+    "SELECT id, body, EXISTS(SELECT 1 FROM steerable_messages AS m"
+    " WHERE m.session = i.session AND m.id = i.id) FROM steerable_inputs AS i"
+    " WHERE session = %s AND state = 'taken' AND turn = %s AND step = 1 ORDER BY seq"
+)
+"""The steers the first step took, in order, each with whether the transcript holds its id
+already (then it is taken but not recorded again, as the step procedure does)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """What a new turn's first step made: the steered messages it recorded, how many steers
+    it took (recorded or not: the claim adds them to the turn's counts with its step), and
+    its events, in the step procedure's order."""
+
+    taken: list[Message]
+    steers: int
+    events: list[tuple[EventKind, str | None, Any]]
+
+
+async def _first(tx: Tx, session: str, turn: TurnRow, prompt: Input) -> _Step:
+    """A new turn's first step in its claim's transaction, as ``step(lease, [prompt's
+    message], at=start, take=cap)`` makes it right after the claim: the same rows, counts
+    and events. The caller has seen that the transcript does not hold the prompt's id.
+
+    The claim holds both locks and read the length under them, so the turn's start is the
+    length: the messages go in with the end's statement (:meth:`_Last.append`) after the
+    take, which runs only when steers were offered to the turn (its ``offered``).
+    """
+    room = min(turn.cap, turn.offered)  # a new turn has taken none, and no stop is asked
+    took: list[tuple[Any, ...]] = []
+    if room > 0 and await tx.run(_TAKE, (session, turn.id, room)):
+        took = list(await tx.rows(_TOOK, (session, turn.id)))
+    where = f"a steer taken in session {session!r}"
+    taken = [codec.decode(text_of(id), body, where=where) for id, body, seen in took if not seen]
+    saved = _Last.of(session, [prompt.message(steered=False), *taken], turn.start)
+    await saved.append(tx, core_locked=True)
+    messages = saved.events(turn.id)
+    events = messages[:1]
+    if took:
+        events.append(("steers_taken", turn.id, {"ids": [text_of(r[0]) for r in took], "step": 1}))
+    events += messages[1:]
+    events.append(("step", turn.id, {"step": 1, "length": saved.end}))
+    return _Step(taken, len(took), events)

@@ -33,6 +33,7 @@ from steerable.errors import (
     InvalidMessage,
     QueueFull,
     SessionNotIdle,
+    StoreUnavailable,
     TranscriptConflict,
     TurnMismatch,
     UsageError,
@@ -49,13 +50,15 @@ from steerable.service_store import (
     counts_as_step,
 )
 from steerable.stores.postgres._cancel import PostgresCancel
+from steerable.stores.postgres._first import FIRST, NO_FIRST
 from steerable.stores.postgres._hints import PostgresHints
-from steerable.stores.postgres._statements import CHANNEL, FLAGS, LOCKED, hint
+from steerable.stores.postgres._statements import CHANNEL, FLAGS, LOCKED, RETRIES, hint
 from steerable.stores.postgres._views import PostgresServiceViews, json_object, object_text
 
 __all__ = ["CHANNEL", "PostgresServiceTables"]
 
 _POSITION_KEY = "steerable_messages_position"
+_TRANSCRIPT_KEYS = (_POSITION_KEY, "steerable_messages_id")
 
 # $1 session, $2 id, $3 kind, $4 body, $5 metadata, $6 if_idle, $7 expected_turn, $8
 # max_waiting, $9 trace. A steer is offered to the running turn when it is not stopping and was
@@ -147,13 +150,15 @@ locked AS (
 # changes neither, and names the holder it takes the turn from (the locked row's, before
 # `held` overwrites it). It leaves out the first messages the claimer knows under the
 # transcript's mark (`skip`), so a replica that served the session's last turn reads only
-# what came since.
+# what came since. Its slots are :mod:`._first`'s: with `FIRST`, a new turn's claim makes
+# the turn's first step too (the step's CTEs, counts, events and what it took); with
+# `NO_FIRST`, the claim alone.
 _CLAIM = """
 WITH {locked}, fresh AS (
     SELECT locked.* FROM locked JOIN steerable_sessions snap USING (session)
     WHERE snap.version = locked.version
 ), prompt AS (
-    SELECT i.seq, i.id FROM fresh JOIN steerable_inputs i ON i.session = fresh.session
+    SELECT i.seq, i.id, i.body FROM fresh JOIN steerable_inputs i ON i.session = fresh.session
     WHERE fresh.running IS NULL AND i.state = 'waiting' AND i.turn IS NULL
     ORDER BY i.seq LIMIT 1
 ), stored AS (
@@ -163,21 +168,23 @@ WITH {locked}, fresh AS (
     SELECT coalesce(max(k.n), 0) AS n
     FROM unnest($4::text[], $5::bigint[], $6::text[]) AS k (session, n, mark), fresh, stored
     WHERE k.session = fresh.session AND k.mark = fresh.mark AND k.n > 0 AND k.n <= stored.n
-), turn AS (
+){first}, turn AS (
     SELECT t.id, t.start_position AS start, t.cap, t.steps, t.steers_taken, t.stop_requested,
         true AS resumed, fresh.holder AS previous_holder
     FROM fresh JOIN steerable_turns t ON t.session = fresh.session AND t.id = fresh.running
     UNION ALL
-    SELECT prompt.id, stored.n, $3::bigint, 0, 0, false, false, NULL::text FROM prompt, stored
+    SELECT prompt.id, stored.n, $3::bigint, {steps}, {steers}, false, false, NULL::text
+    FROM prompt, stored
 ), began AS (
     INSERT INTO steerable_turns (
-        session, id, began, start_position, cap, state, epoch, seq, offered, started_at
+        session, id, began, start_position, cap, state, epoch, seq, offered, started_at,
+        steps, steers_taken
     )
     SELECT fresh.session, turn.id, fresh.epoch + 1, turn.start, turn.cap, 'running',
         fresh.epoch + 1, prompt.seq, (
             SELECT count(*) FROM steerable_inputs o
             WHERE o.session = fresh.session AND o.state = 'waiting' AND o.turn = turn.id
-        ), now()
+        ), now(), turn.steps, turn.steers_taken
     FROM fresh, turn, prompt WHERE NOT turn.resumed
 ), prompted AS (
     UPDATE steerable_inputs i SET state = 'prompt', turn = i.id
@@ -186,17 +193,17 @@ WITH {locked}, fresh AS (
     UPDATE steerable_turns t SET epoch = fresh.epoch + 1
     FROM fresh, turn WHERE turn.resumed AND t.session = fresh.session AND t.id = turn.id
 ), ev AS (
-    SELECT 1 AS k, 'holder' AS kind,
+    SELECT 1 AS k, 0 AS i, 'holder' AS kind,
         json_build_object('holder', $1::text, 'epoch', fresh.epoch + 1)::text AS data
     FROM fresh, turn WHERE turn.resumed
     UNION ALL
-    SELECT 2, 'turn_started', json_build_object(
+    SELECT 2, 0, 'turn_started', json_build_object(
         'epoch', fresh.epoch + 1, 'holder', $1::text, 'resumed', turn.resumed)::text
-    FROM fresh, turn
+    FROM fresh, turn{events}
 ), logged AS (
     INSERT INTO steerable_events (session, id, kind, turn, data)
-    SELECT fresh.session, fresh.events + row_number() OVER (ORDER BY ev.k), ev.kind, turn.id,
-        ev.data
+    SELECT fresh.session, fresh.events + row_number() OVER (ORDER BY ev.k, ev.i), ev.kind,
+        turn.id, ev.data
     FROM fresh, turn, ev
 ), held AS (
     UPDATE steerable_sessions s SET version = s.version + 1, epoch = s.epoch + 1, holder = $1,
@@ -212,7 +219,7 @@ SELECT EXISTS (SELECT FROM locked) AS known, EXISTS (SELECT FROM fresh) AS fresh
     (SELECT array_agg(m.id ORDER BY m.position) FROM steerable_messages m
         WHERE m.session = held.session AND m.position >= skip.n) AS ids,
     (SELECT array_agg(m.body ORDER BY m.position) FROM steerable_messages m
-        WHERE m.session = held.session AND m.position >= skip.n) AS bodies
+        WHERE m.session = held.session AND m.position >= skip.n) AS bodies{taken}
 FROM (SELECT) AS one LEFT JOIN held ON true LEFT JOIN turn ON true LEFT JOIN skip ON true
     LEFT JOIN steerable_inputs i ON i.session = held.session AND i.id = turn.id
 """
@@ -428,7 +435,8 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
     (run again). A ``step`` nobody steered is one trip, like one that takes steers; an
     ``enqueue`` with conditions is one trip, like one without; an ``end_turn`` with the
     turn's ``last`` messages is one trip, like one without (a save refused by a unique key
-    of the transcript reads its length once more, as ``step`` does, to say why).
+    of the transcript reads its length once more, as ``step`` does, to say why); a ``claim``
+    that makes the new turn's first step (``first``) is one trip, like one that does not.
     """
 
     __slots__ = ()
@@ -499,9 +507,8 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         first: bool = False,
     ) -> Claim | None:
         """Claim one session with work and no live lease (``session`` only, if given),
-        leaving out the messages the claimer knows under the transcript's mark."""
-        if first:  # PLACEHOLDER(i24-first): the first step with the claim is not made yet
-            raise UsageError("claim(first=True) is not supported by this store yet")
+        leaving out the messages the claimer knows under the transcript's mark, and make a
+        new turn's first step in the same statement if ``first`` (:mod:`._first`)."""
         held = list((known or {}).items())
         args: tuple[Any, ...] = (
             holder,
@@ -511,11 +518,12 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             [k.length for _, k in held],
             [k.mark for _, k in held],
         )
+        slots = FIRST if first else NO_FIRST
         if session is None:
-            query = _CLAIM.format(locked=_CLAIM_ANY)
+            query = _CLAIM.format(locked=_CLAIM_ANY, **slots)
         else:
-            query, args = _CLAIM.format(locked=_CLAIM_ONE), (*args, session)
-        [row] = await self._write("claim a session", query, *args)
+            query, args = _CLAIM.format(locked=_CLAIM_ONE, **slots), (*args, session)
+        row = await self._claimed(query, args)
         if row["session"] is None:
             return None
         name: str = row["session"]
@@ -548,6 +556,22 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             row["previous_holder"],
             row["mark"],
             skip,
+            _taken(row, where) if first else None,
+        )
+
+    async def _claimed(self, query: str, args: tuple[Any, ...]) -> Any:
+        """The row of a claim statement, run again when a message a plain save committed
+        after its snapshot took a key its first step writes (it failed whole)."""
+        for _ in range(RETRIES):
+            try:
+                [row] = await self._write("claim a session", query, *args)
+            except asyncpg.UniqueViolationError as exc:
+                if exc.constraint_name not in _TRANSCRIPT_KEYS:
+                    raise
+                continue
+            return row
+        raise StoreUnavailable(
+            f"cannot claim a session: the transcript grew under each of {RETRIES} attempts"
         )
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
@@ -688,6 +712,16 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
         [row] = await self._write(f"stop the turn of session {session!r}", _STOP, session)
         turn: str | None = row["turn"] if row["known"] else None
         return turn
+
+
+def _taken(row: Any, where: str) -> list[Message] | None:
+    """The steered messages a claim's first step took (None: it made no step)."""
+    if not row["stepped"]:
+        return None
+    return [
+        codec.decode(id, body, where=f"{where}, input {id!r}")
+        for id, body in zip(row["taken_ids"] or (), row["taken_bodies"] or (), strict=True)
+    ]
 
 
 def _refused_when_empty(

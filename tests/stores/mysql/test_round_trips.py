@@ -1,6 +1,7 @@
 """A step costs one round trip: the save and the take are one statement, the core's and the
 service's (fenced) alike; an end that carries the turn's last save costs one statement
-more than an end without it. A fork is the same eight statements however many messages it
+more than an end without it, a claim that makes the turn's first step two more than one
+without it (four to take steers). A fork is the same eight statements however many messages it
 copies: the server copies them.
 
 Counted by the server: ``Questions`` counts the statements a client sent on its
@@ -132,6 +133,37 @@ async def test_an_end_with_its_last_save_is_one_statement_more_than_without(
                 assert len(await store.messages(sid)) == 1 + len(more)
         alone, one, two, step_one, step_two = counts
         assert one == two == alone + 1 == step_one == step_two
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])
+async def test_a_claim_with_its_first_step_is_two_statements_more_two_to_take_steers(
+    autocommit: bool,
+) -> None:
+    # the core's lock and the insert of the messages; the take and the read of the steers
+    # taken only when steers were offered; whether the prompt is stored is read with the
+    # prompt, the step's events go in the claim's insert of events, the turn's counts in
+    # its update of the service row
+    async with server.pool_on(maxsize=1, autocommit=autocommit) as pool:
+        store = MySQLStore(pool)
+        counts = []
+        for first, steers in ((False, 0), (True, 0), (False, 2), (True, 2)):
+            sid = f"mysql-{new_id()}"
+            await store.enqueue(sid, Input("send", "go", "p"))
+            for n in range(steers):
+                await store.enqueue(sid, Input("steer", "and", f"s{n}"))
+
+            async def claim(sid: str = sid, first: bool = first, steers: int = steers) -> None:
+                made = await store.claim("a", seconds=60, cap=16, session=sid, first=first)
+                assert made is not None
+                taken = None if made.taken is None else len(made.taken)
+                assert taken == (steers if first else None)
+
+            counts.append(await _statements(pool, claim))
+            assert len(await store.messages(sid)) == (1 + steers if first else 0)
+        alone, stepping, alone_steered, stepping_steered = counts
+        assert alone == alone_steered
+        assert stepping == alone + 2
+        assert stepping_steered == alone + 4
 
 
 @pytest.mark.parametrize("autocommit", [False, True], ids=["no-autocommit", "autocommit"])

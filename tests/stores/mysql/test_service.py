@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from steerable import codec
-from steerable.errors import Fenced
+from steerable.errors import Fenced, StoreUnavailable
 from steerable.messages import Message, ToolCall, assistant, user
 from steerable.service_store import Input, Lease, Outcome
 from steerable.store import Steer
-from steerable.stores.mysql import MIGRATIONS, MySQLStore, migrate
+from steerable.stores.mysql import MIGRATIONS, MySQLStore, _service, migrate
+from steerable.stores.mysql._driver import text_of
 from tests.stores.mysql import server
 
 # the procedures of a database at the latest schema: step 7's beside steps 1 and 2's, which a
@@ -251,3 +252,141 @@ async def test_a_scanning_claim_finds_a_session_a_view_holds_in_share_mode(
         await reader.rollback()
         claimed = await task
     assert sid in claimed
+
+
+async def _written(session: str) -> tuple[Any, ...]:
+    """What the service wrote for ``session``, as a claim and its first step leave it: the
+    messages (bodies byte for byte), the events' data as JSON values, the turns' counts and
+    the inputs' states."""
+    messages = await server.query(
+        "SELECT position, id, body FROM steerable_messages WHERE session = %s ORDER BY position",
+        (session,),
+    )
+    events = await server.query(
+        "SELECT id, kind, turn, data FROM steerable_events WHERE session = %s ORDER BY id",
+        (session,),
+    )
+    turns = await server.query(
+        "SELECT id, start_position, steps, steers_taken, offered FROM steerable_turns"
+        " WHERE session = %s",
+        (session,),
+    )
+    inputs = await server.query(
+        "SELECT id, state, turn, step FROM steerable_inputs WHERE session = %s ORDER BY seq",
+        (session,),
+    )
+    return (
+        list(messages),
+        [(id, kind, turn, json.loads(data)) for id, kind, turn, data in events],
+        list(turns),
+        list(inputs),
+    )
+
+
+async def test_a_first_claim_writes_what_a_claim_and_a_step_write(store: MySQLStore) -> None:
+    """The claim's own statements (not the step procedure's) leave the rows a claim and then
+    its first step leave: the prompt's unsteered body and the steers' byte for byte, a steer
+    the transcript holds taken and not recorded again, the cap, the events, the counts."""
+    written = []
+    for sid, first in (("first-apart", False), ("first-with-claim", True)):
+        await store.save(sid, [user("before", id="b"), user("seen", id="s-seen")], at=0)
+        await store.enqueue(sid, Input("send", "é😀 \\ ' \" go" * 1000, "t-é"))
+        for id in ("s1", "s-seen", "s-é😀", "s-left"):
+            await store.enqueue(sid, Input("steer", f"steer {id} ' \\", id))
+        claim = await store.claim("a", seconds=60, cap=3, session=sid, first=first)
+        assert claim is not None
+        if not first:
+            message = claim.prompt.message(steered=False)
+            await store.step(claim.lease, [message], at=claim.start, take=claim.cap)
+        written.append(await _written(sid))
+    apart, together = written
+    assert together == apart
+    messages, _, turns, inputs = together
+    assert [text_of(id) for _, id, _ in messages][1:] == ["s-seen", "t-é", "s1", "s-é😀"]
+    assert [tuple(row[2:]) for row in turns] == [(1, 3, 4)]  # steps, taken, offered
+    states = [(text_of(id), text_of(state)) for id, state, _, _ in inputs]
+    assert states == [
+        *[("t-é", "prompt"), ("s1", "taken"), ("s-seen", "taken"), ("s-é😀", "taken")],
+        ("s-left", "waiting"),
+    ]
+
+
+async def test_a_first_claim_whose_step_fails_is_refused_whole(
+    store: MySQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure after the step's take and insert rolls back the claim too: no turn, no
+    event, no message, the steers waiting; the claim is made again whole."""
+    sid = "first-refused-whole"
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "and", "s"))
+    before = await _rows(sid), await _written(sid)
+    append = _service._Last.append
+
+    async def failing(self: Any, tx: Any, **kw: Any) -> None:
+        await append(self, tx, **kw)
+        raise StoreUnavailable("injected after the step's insert")
+
+    monkeypatch.setattr(_service._Last, "append", failing)
+    with pytest.raises(StoreUnavailable, match="injected"):
+        await store.claim("a", seconds=60, cap=16, session=sid, first=True)
+    assert (await _rows(sid), await _written(sid)) == before
+    epoch = await server.query("SELECT epoch FROM steerable_service WHERE session = %s", (sid,))
+    assert epoch[0][0] == 0
+    monkeypatch.undo()
+    claim = await store.claim("a", seconds=60, cap=16, session=sid, first=True)
+    assert claim is not None and claim.lease.epoch == 1
+    assert claim.taken is not None and [m.id for m in claim.taken] == ["s"]
+    assert [m.id for m in await store.messages(sid)] == ["t", "s"]
+
+
+async def test_a_first_claim_waits_for_a_save_under_way_and_starts_after_it(
+    store: MySQLStore, pool: Any
+) -> None:
+    """The claim takes the core's lock before it reads the transcript: a save holding it is
+    waited for, and the turn starts after what it saved (read under the lock, never a
+    conflict of the claim's own)."""
+    import asyncio
+
+    sid = "first-after-a-save"
+    await store.save(sid, [user("before", id="b")], at=0)
+    await store.enqueue(sid, Input("send", "go", "t"))
+    async with pool.acquire() as saver, saver.cursor() as cursor:
+        await saver.begin()  # a save under way, as the save procedure makes it
+        await cursor.execute(
+            "INSERT INTO steerable_sessions (session) VALUES (%s)"
+            " ON DUPLICATE KEY UPDATE session = session",
+            (sid,),
+        )
+        await cursor.execute(
+            "INSERT INTO steerable_messages (session, position, id, body) VALUES (%s, 1, %s, %s)",
+            (sid, "late", codec.encode(assistant("late", id="late"))),
+        )
+        task = asyncio.create_task(store.claim("a", seconds=60, cap=16, session=sid, first=True))
+        await asyncio.sleep(0.3)
+        assert not task.done(), "the claim did not wait for the core's lock"
+        await saver.commit()
+        claim = await task
+    assert claim is not None and claim.start == 2 and claim.taken == []
+    assert [m.id for m in claim.messages] == ["b", "late"]
+    assert [m.id for m in await store.messages(sid)] == ["b", "late", "t"]
+
+
+async def test_a_takeover_of_a_turn_that_stored_nothing_makes_no_first_step(
+    store: MySQLStore,
+) -> None:
+    """A takeover is resumed from what is stored, even when the earlier holder stored not
+    even the prompt (its claim made no step): no step with the takeover's claim."""
+    import asyncio
+
+    sid = "first-takeover-of-nothing"
+    await store.enqueue(sid, Input("send", "go", "t"))
+    await store.enqueue(sid, Input("steer", "and", "s"))
+    earlier = await store.claim("a", seconds=0.2, cap=16, session=sid)
+    assert earlier is not None and earlier.taken is None
+    await asyncio.sleep(0.5)
+    again = await store.claim("b", seconds=60, cap=16, session=sid, first=True)
+    assert again is not None and again.resumed and again.taken is None
+    assert (again.steps, again.steers_taken) == (0, 0)
+    assert await store.messages(sid) == []
+    waiting = await store.input(sid, "s")
+    assert waiting is not None and waiting.state == "waiting"
