@@ -4,7 +4,8 @@ The behaviour is the memory reference's (:mod:`steerable.stores._memory_service`
 modules say how MongoDB keeps it: the documents and their fields in :mod:`._documents`,
 every write one transaction locked on the session's service document in
 :mod:`._transactions`, the queue (``enqueue``, ``cancel``) in :mod:`._queue`, the reads and
-the session's metadata in :mod:`._views`, and here the turn's verbs. Messages go to the
+the session's metadata in :mod:`._views`, the claims in :mod:`._claims`, and here the
+turn's other verbs. Messages go to the
 core's head document (:mod:`._layout`), with the core's encoding and its append pipeline
 (which stamps each entry with the server's clock), so :meth:`MongoStore.messages` returns
 what :meth:`step` wrote.
@@ -20,13 +21,8 @@ says it): three commands fewer than the step and the end apart, one commit among
 ``renew`` alone touches one document and is one ``findAndModify``; ``stopping`` is one
 query on the index ``(h, sr)``.
 
-A claim of a new turn counts the steers already offered to its prompt (offered while it
-was the head of the queue) as offered to the turn, so later offers respect its cap; its
-first step takes them. ``end_turn`` frees the steers offered and never taken, and lists
-them in its ``turn_ended`` event. A claim's transaction locks the service document, whose
-``mk`` is the transcript's mark; after the commit the claim reads the head and only the
-chunks and blobs of the messages the claimer does not hold under that mark (see
-:meth:`MongoServiceTables._unknown` for a ``replace`` in between).
+``end_turn`` frees the steers offered to the turn and never taken, and lists them in its
+``turn_ended`` event.
 
 The clock
 ---------
@@ -53,9 +49,8 @@ stream (a cursor the driver reads on its pool) until it is left.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymongo import ReturnDocument
@@ -68,18 +63,15 @@ from steerable import codec
 from steerable.errors import Fenced, InvalidMessage, StoreError, TranscriptConflict, UsageError
 from steerable.messages import Message
 from steerable.service_store import (
-    Claim,
     Hint,
-    Input,
-    Known,
     Lease,
     Outcome,
     Renewal,
     counts_as_step,
-    known_length,
     message_event,
 )
 from steerable.stores.mongodb import _layout as layout
+from steerable.stores.mongodb._claims import MongoClaims
 from steerable.stores.mongodb._documents import NOW, Doc, input_of, key
 from steerable.stores.mongodb._errors import reaching
 from steerable.stores.mongodb._layout import Staged
@@ -88,7 +80,6 @@ from steerable.stores.mongodb._transactions import Events
 from steerable.stores.mongodb._views import MongoServiceViews
 
 _T = TypeVar("_T")
-_SCAN = 16  # candidates a claim that names no session tries
 _IDS: Doc = {"i": 1}
 
 
@@ -121,7 +112,7 @@ def _step_events(
     return events
 
 
-class MongoServiceTables(MongoQueue, MongoServiceViews):
+class MongoServiceTables(MongoClaims, MongoQueue, MongoServiceViews):
     """The :class:`steerable.service_store.ServiceStore` verbs of :class:`MongoStore`."""
 
     if TYPE_CHECKING:  # provided by MongoStore
@@ -129,11 +120,6 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         async def _flush(self, session: str, marked: int) -> None: ...
         async def _write_blobs(self, staged: Staged) -> None: ...
         async def _drop_blobs(self, staged: Staged) -> None: ...
-        async def messages(self, session: str) -> list[Message]: ...
-        async def _head_of(self, session: str) -> Doc | None: ...
-        async def _messages_from(
-            self, session: str, head: Doc | None, first: int
-        ) -> list[Message]: ...
 
     # -- hints -----------------------------------------------------------------------------
 
@@ -160,163 +146,7 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
             with reaching("stop watching the steerable events"):
                 await stream.close()
 
-    # -- claims and leases -----------------------------------------------------------------
-
-    async def claim(
-        self,
-        holder: str,
-        *,
-        seconds: float,
-        cap: int,
-        session: str | None = None,
-        known: Mapping[str, Known] | None = None,
-        first: bool = False,
-    ) -> Claim | None:
-        """Claim one session with work and no live lease (``session`` only, if given),
-        leaving out the messages the claimer knows under the transcript's mark."""
-        if first:  # PLACEHOLDER(i24-first): the first step with the claim is not made yet
-            raise UsageError("claim(first=True) is not supported by this store yet")
-        with reaching("claim a session"):
-            if session is not None:
-                return await self._claim(session, holder, seconds, cap, known)
-            hello = await self.db.client.admin.command("hello")
-            now = int(hello["localTime"].replace(tzinfo=UTC).timestamp() * 1000)
-            candidates = self._service.find({"w": True, "x": {"$lte": now}}, {"_id": 1})
-            for doc in await candidates.sort("x", 1).limit(_SCAN).to_list(None):
-                claim = await self._claim(doc["_id"], holder, seconds, cap, known)
-                if claim is not None:
-                    return claim
-            return None
-
-    async def _claim(
-        self,
-        session: str,
-        holder: str,
-        seconds: float,
-        cap: int,
-        known: Mapping[str, Known] | None,
-    ) -> Claim | None:
-        found = await self._transaction(lambda s: self._claim_in(s, session, holder, seconds, cap))
-        if found is None:
-            return None
-        lease, turn, prompt, start, resumed, steps, taken, cap, stop, previous, mark = found
-        skip, messages, mark = await self._unknown(session, mark, known)
-        return Claim(
-            lease,
-            turn,
-            prompt,
-            start,
-            messages,
-            resumed,
-            steps,
-            taken,
-            cap,
-            stop,
-            previous,
-            mark,
-            skip,
-        )
-
-    async def _unknown(
-        self, session: str, mark: str, known: Mapping[str, Known] | None
-    ) -> tuple[int, list[Message], str]:
-        """The messages a claimer does not hold, how many it holds, and the mark they are
-        read under (``mark``, the one the claim's transaction locked).
-
-        Read after the claim commits, as the whole transcript is: the head, then only the
-        chunks and blobs at or after what the claimer holds. While the claimed turn runs a
-        cut, a delete and a fork into the session are refused, but a ``replace`` is not: so
-        when the claimer holds a prefix, the mark is read again after the messages, and if
-        it changed, what the claimer holds need not be the start of what was read: the
-        whole transcript is read instead, under no mark (""), which no claimer holds.
-        """
-        head = await self._head_of(session)
-        skip = known_length(known, session, mark, int(head["n"]) if head else 0)
-        messages = await self._messages_from(session, head, skip)
-        if skip:
-            now: Doc | None = await self._service.find_one({"_id": session}, {"mk": 1})
-            if now is None or now.get("mk") != mark:
-                return 0, await self.messages(session), ""
-        return skip, messages, mark
-
-    async def _claim_in(
-        self, s: AsyncClientSession, session: str, holder: str, seconds: float, cap: int
-    ) -> tuple[Lease, str, Input, int, bool, int, int, int, bool, str | None, str] | None:
-        free = {"$expr": {"$lte": ["$x", NOW]}}
-        # `ph` keeps the holder this claim takes over: in one stage "$h" is still the old one
-        claimed = {"ep": {"$add": ["$ep", 1]}, "h": {"$literal": holder}, "ph": "$h"}
-        claimed["x"] = {"$add": ["$now", round(seconds * 1000)]}
-        service = await self._lock(s, {"_id": session, "w": True} | free, claimed)
-        if service is None:
-            return None
-        epoch, events = int(service["ep"]), Events(session, service)
-        lease = Lease(session, holder, epoch, int(service["x"]) / 1000)
-        resumed = service["run"] is not None
-        change: Doc = {"$inc": {"ev": 2 if resumed else 1}}
-        if not resumed:
-            prompt, turn = await self._start(s, session, service, cap)
-            name = prompt["i"]
-            change["$inc"] |= {"tn": 1, "q": -1, "wt": -1}
-            change["$set"] = {"run": name, "sr": False}
-        else:
-            name = service["run"]
-            found: Doc | None = await self._turns.find_one_and_update(
-                {"_id": key(session, name)},
-                {"$set": {"ep": epoch}},
-                return_document=ReturnDocument.AFTER,
-                session=s,
-            )
-            first: Doc | None = await self._inputs.find_one({"_id": key(session, name)}, session=s)
-            if found is None or first is None:
-                raise StoreError(f"session {session!r}: the running turn {name!r} is missing")
-            prompt, turn = first, found
-            events.add("holder", name, {"holder": holder, "epoch": epoch})
-        events.add("turn_started", name, {"epoch": epoch, "holder": holder, "resumed": resumed})
-        await self._service.update_one({"_id": session}, change, session=s)
-        await events.write(self._events, s)
-        steps, taken, stop = int(turn["steps"]), int(turn["tk"]), bool(turn["stop"])
-        start, cap = int(turn["start"]), int(turn["cap"])
-        previous = service.get("ph") if resumed else None
-        mark = str(service.get("mk", ""))  # "": a document step 6 has not given one yet
-        return (
-            lease,
-            name,
-            input_of(prompt),
-            start,
-            resumed,
-            steps,
-            taken,
-            cap,
-            stop,
-            previous,
-            mark,
-        )
-
-    async def _start(
-        self, s: AsyncClientSession, session: str, service: Doc, cap: int
-    ) -> tuple[Doc, Doc]:
-        """Make the head of the queue the prompt of a new turn; the prompt and the turn.
-
-        The steers offered to the prompt while it waited count as offered to the turn.
-        """
-        prompt = await self._first_queued(session, s)
-        if prompt is None:
-            raise StoreError(f"session {session!r} says it has work but nothing waits")
-        name = prompt["i"]
-        offered = 0
-        if int(service["wt"]) > int(service["q"]):  # some steer is offered: to this head
-            query = {"s": session, "st": "waiting", "t": name}
-            offered = await self._inputs.count_documents(query, session=s)
-        await self._inputs.update_one(
-            {"_id": prompt["_id"]}, {"$set": {"st": "prompt", "t": name}}, session=s
-        )
-        turn: Doc = {"_id": key(session, name), "s": session, "i": name, "n": prompt["n"]}
-        turn |= {"o": service["tn"] + 1, "start": await self._length(session, s), "cap": cap}
-        turn |= {"st": "running", "ep": service["ep"], "steps": 0, "tk": 0, "of": offered}
-        turn |= {"stop": False, "end": None, "tx": json.dumps(""), "er": None}
-        turn["sa"] = service["now"]
-        await self._turns.insert_one(turn, session=s)
-        return prompt, turn
+    # -- leases ----------------------------------------------------------------------------
 
     async def renew(self, lease: Lease, *, seconds: float) -> Renewal:
         """Extend ``lease`` by ``seconds`` from now; :class:`Fenced` if it is stale."""
@@ -413,6 +243,40 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
         in_tail = {entry["i"] for entry in head.get("tail", ())} if head else set()
         if len(set(new_ids)) != len(new_ids) or not in_tail.isdisjoint(new_ids):
             raise InvalidMessage(f"session {session!r}: a message id is already stored")
+        events = Events(session, service)
+        taken, written, done = await self._stepped(
+            s, service, turn, at, in_tail, messages, staged, take, final, events
+        )
+        await self._turns.update_one({"_id": turn["_id"]}, {"$inc": done}, session=s)
+        counts = {"ev": len(events.docs), "wt": -done["tk"]}
+        await self._service.update_one({"_id": session}, {"$inc": counts}, session=s)
+        await events.write(self._events, s)
+        after = service | {name: int(service[name]) + n for name, n in counts.items()}
+        return taken, written, after
+
+    async def _stepped(
+        self,
+        s: AsyncClientSession,
+        service: Doc,
+        turn: Doc,
+        at: int,
+        in_tail: set[str],
+        messages: Sequence[Message],
+        staged: Staged,
+        take: int,
+        final: bool,
+        events: Events,
+    ) -> tuple[list[Message], Doc | None, dict[str, int]]:
+        """A step's work once its caller locked the service document, read ``turn`` and
+        checked ``messages`` against the tail (``in_tail``, its ids; ``at``, its length):
+        the steers taken, the append, the taken inputs, the events (added to ``events``).
+
+        Returns the steers taken, the head if written, and what the turn's ``steps`` and
+        ``tk`` grow by (the caller writes them, the service's counters and the events):
+        :meth:`_step`'s and a claim's first step's (:meth:`_first_step`) one code.
+        """
+        session, name = service["_id"], turn["i"]
+        new_ids = [m.id for m in messages]
         is_step = counts_as_step(messages, take, final=final)
         steps = int(turn["steps"]) + is_step
         room = 0 if turn["stop"] else max(0, min(take, int(turn["cap"]) - int(turn["tk"])))
@@ -430,18 +294,10 @@ class MongoServiceTables(MongoQueue, MongoServiceViews):
                 {"$set": {"st": "taken", "sp": steps}},
                 session=s,
             )
-        inc = {"steps": int(is_step), "tk": len(offered)}
-        await self._turns.update_one({"_id": turn["_id"]}, {"$inc": inc}, session=s)
-        events = _step_events(
-            Events(session, service), name, stored, messages, offered, taken, steps
-        )
+        _step_events(events, name, at, messages, offered, taken, steps)
         if is_step:
-            events.add("step", name, {"step": steps, "length": stored + len(messages) + len(taken)})
-        counts = {"ev": len(events.docs), "wt": -len(offered)}
-        await self._service.update_one({"_id": session}, {"$inc": counts}, session=s)
-        await events.write(self._events, s)
-        after = service | {name: int(service[name]) + n for name, n in counts.items()}
-        return taken, written, after
+            events.add("step", name, {"step": steps, "length": at + len(messages) + len(taken)})
+        return taken, written, {"steps": int(is_step), "tk": len(offered)}
 
     async def _fresh(
         self, s: AsyncClientSession, session: str, offered: list[Doc], known: set[str]
