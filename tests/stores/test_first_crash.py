@@ -60,4 +60,4 @@ async def _state(store: Any, sid: str) -> State:
 
 @pytest.mark.slow
 async def test_a_kill_mid_first_claim_leaves_it_whole_or_not_made(store_url: str) -> None:
-    await killed_rounds(store_url, "first", (3,), _AFTER, _state)
+    await killed_rounds(store_url, "first", (2,), _AFTER, _state)  # after op 2: the claim next
