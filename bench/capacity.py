@@ -9,8 +9,8 @@ other figures are measured anywhere.
 1. **Turns.** One :class:`~steerable.service.Service` replica (``concurrency`` 16, its hints
    on ``LISTEN``, over its own pool of 18 connections) runs the demo agent
    (:func:`~steerable.service.demo.demo_agent`, one ``work`` call of 0 s a turn: a turn is
-   two steps, the prompt and the tool's call and result, and the end, which stores the
-   answer). A front door (a
+   the claim, which makes the prompt's step, one step, the tool's call and result, and the
+   end, which stores the answer). A front door (a
    ``Service`` with no agent, over its own pool of 4, in a thread of its own with its own
    event loop) sends ``sessions x sends`` turns a round: each session's sends in order, a
    random pause of up to ``--pause`` seconds between two, the sessions at once, so some

@@ -43,11 +43,11 @@ def test_the_capacity_bench_quick_on_postgres() -> None:
         assert figures["turns_per_s"] > 0 and figures["replica_cpu_ms"] > 0
         assert figures["front_cpu_ms"] > 0 and figures["wal_bytes"] > 0
         assert figures["db_cpu_ms"] >= figures["db_cpu_replica_ms"] >= 0
-        # enqueue, claim, two steps (the prompt, the tool's), end_turn with the answer
-        assert figures["commits"] == 5.0
+        # enqueue, claim with the prompt's step, the tool's step, end_turn with the answer
+        assert figures["commits"] == 4.0
     verbs = turns["calls_by_verb"]
     assert verbs["enqueue"] == verbs["claim"] == verbs["end_turn"] == 1.0
-    assert verbs["step"] == 2.0
+    assert verbs["step"] == 1.0
     renewals = found["renewals"]
     assert "renew, 16 calls at once" in renewals
     for mode in renewals.values():
