@@ -21,11 +21,14 @@ answer. Then a turn's store calls are timed, made directly on the
 :class:`~steerable.service_store.ServiceStore` verbs in the order the service makes them:
 
 1. ``enqueue`` a send;
-2. ``claim`` it (the claim returns the transcript, or what is new in it);
-3. ``step`` saving the prompt (``take=16``, as a run's first step);
-4. ``step`` saving one tool step: the assistant's call and its result (``take=16``);
-5. ``step`` saving the answer (``take=0``, the run's last save);
-6. ``end_turn`` ``completed``.
+2. ``claim`` it with ``first=True`` (the claim returns the transcript, or what is new in it,
+   and makes the turn's first step: the prompt stored, ``take=16``);
+3. ``step`` saving one tool step: the assistant's call and its result (``take=16``);
+4. ``end_turn`` ``completed``, storing the answer with it (``last=``).
+
+(Until 2026-12-04 16:40 UTC a turn here was six calls: the claim, three steps, the prompt's,
+the tool's and the answer's, and the end; the service has since made the first step with the
+claim and stored the answer with the end.)
 
 Each turn adds 4 messages to its session; a session that has grown past ``N + N/10 + 8``
 messages is replaced, between rounds and untimed, by a new one filled to N again, so every
@@ -84,7 +87,7 @@ QUICK_LENGTHS = (10, 200)
 STORES = ("sqlite", "postgres", "mysql", "mongodb")
 DEFAULT_STORES = ("sqlite", "postgres", "mysql")
 NAMES = {"sqlite": "SQLite", "postgres": "Postgres", "mysql": "MariaDB/MySQL", "mongodb": "MongoDB"}
-VERBS = ("enqueue", "claim", "step prompt", "step tool", "step answer", "end_turn")
+VERBS = ("enqueue", "claim", "step tool", "end_turn")
 TAKE = 16
 LEASE = 60.0
 FILL_CHUNK = 500
@@ -185,7 +188,9 @@ async def one_turn(store: Both, point: Point, given: TurnInput, *, counted: bool
     await store.enqueue(sid, given.send)
     t1 = clock()
     known = {sid: point.known} if point.known is not None else None
-    claim = await store.claim("bench", seconds=LEASE, cap=TAKE, session=sid, known=known)
+    claim = await store.claim(
+        "bench", seconds=LEASE, cap=TAKE, session=sid, known=known, first=True
+    )
     t2 = clock()
     times["enqueue"], times["claim"] = t1 - t0, t2 - t1
     if claim is None or claim.turn != given.send.id:
@@ -195,20 +200,16 @@ async def one_turn(store: Both, point: Point, given: TurnInput, *, counted: bool
     at = claim.known + len(claim.messages)
     if at != point.messages:
         raise AssertionError(f"{point.store}: claimed {at} messages, not {point.messages}")
+    if claim.taken != []:
+        raise AssertionError(f"{point.store}: the claim of {sid} made no first step")
     lease = claim.lease
-    prompt = claim.prompt.message(steered=False)
 
     t0 = clock()
-    await store.step(lease, [prompt], at=at, take=TAKE)
-    t1 = clock()
     await store.step(lease, given.step, at=at + 1, take=TAKE)
+    t1 = clock()
+    await store.end_turn(lease, Outcome("completed", "done"), last=[given.answer], at=at + 3)
     t2 = clock()
-    await store.step(lease, [given.answer], at=at + 3, take=0)
-    t3 = clock()
-    await store.end_turn(lease, Outcome("completed", "done"))
-    t4 = clock()
-    times["step prompt"], times["step tool"] = t1 - t0, t2 - t1
-    times["step answer"], times["end_turn"] = t3 - t2, t4 - t3
+    times["step tool"], times["end_turn"] = t1 - t0, t2 - t1
     point.messages = at + 4
     if point.holding:
         point.known = Known(point.messages, claim.mark)

@@ -12,7 +12,7 @@ def test_the_turn_length_bench_quick_on_sqlite() -> None:
     assert found["rounds"] == 5 and found["warm"] == 1
     assert found["lengths"] == [10, 200]
     verbs = found["verbs"]
-    assert verbs == ["enqueue", "claim", "step prompt", "step tool", "step answer", "end_turn"]
+    assert verbs == ["enqueue", "claim", "step tool", "end_turn"]
     assert list(found["stores"]) == ["SQLite", "SQLite, held"]
     for name, sizes in found["stores"].items():
         assert set(sizes) == {"10", "200"}
