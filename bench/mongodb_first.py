@@ -16,23 +16,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from typing import Any
 
+from bench._first_claim import run_rounds
 from bench._servers import MONGO_URL, driver, mongodb_database, steerable_mongodb
-from steerable.messages import new_id
-from steerable.service_store import Input
-
-_KINDS = ("claim", "claim + step", "claim(first=True)")
-
-
-async def _one(store: Any, kind: str, session: str) -> None:
-    claim = await store.claim("bench", seconds=60, cap=16, session=session, first=kind == _KINDS[2])
-    assert claim is not None
-    if kind == _KINDS[1]:
-        message = claim.prompt.message(steered=False)
-        await store.step(claim.lease, [message], at=claim.start, take=claim.cap)
 
 
 async def _run(rounds: int, steers: int) -> None:
@@ -60,28 +47,13 @@ async def _run(rounds: int, steers: int) -> None:
         try:
             store = await steerable_mongodb(counted[db.name])
             await store.check_schema()
-            times: dict[str, list[float]] = {kind: [] for kind in _KINDS}
-            sent: dict[str, int] = {}
-            for round in range(rounds):
-                order = _KINDS[round % 3 :] + _KINDS[: round % 3]
-                for kind in order:
-                    session = f"bench-{new_id()}"
-                    await store.enqueue(session, Input("send", "go"))
-                    for _ in range(steers):
-                        await store.enqueue(session, Input("steer", "and"))
-                    before = commands.sent
-                    started = time.perf_counter()
-                    await _one(store, kind, session)
-                    times[kind].append(time.perf_counter() - started)
-                    sent[kind] = commands.sent - before
-            alone = statistics.median(times[_KINDS[0]])
+
+            async def count() -> int:
+                return Commands.sent
+
+            lines = await run_rounds(store, rounds, steers, count)
             print(server)
-            for kind in _KINDS:
-                median = statistics.median(times[kind])
-                print(
-                    f"steers {steers}  {kind:18s} {median * 1e3:6.2f} ms"
-                    f"  {median / alone:4.2f}x  commands {sent[kind]}"
-                )
+            print("\n".join(lines))
         finally:
             await counted.close()
 

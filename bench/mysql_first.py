@@ -15,15 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
-import time
 from typing import Any
 
+from bench._first_claim import run_rounds
 from bench._servers import close_mysql_pool, mysql_database, mysql_pool, steerable_mysql
-from steerable.messages import new_id
-from steerable.service_store import Input
-
-_KINDS = ("claim", "claim + step", "claim(first=True)")
 
 
 async def _questions(pool: Any) -> int:
@@ -33,41 +28,15 @@ async def _questions(pool: Any) -> int:
         return int(count)
 
 
-async def _one(store: Any, kind: str, session: str) -> None:
-    claim = await store.claim("bench", seconds=60, cap=16, session=session, first=kind == _KINDS[2])
-    assert claim is not None
-    if kind == _KINDS[1]:
-        message = claim.prompt.message(steered=False)
-        await store.step(claim.lease, [message], at=claim.start, take=claim.cap)
-
-
 async def _run(rounds: int, steers: int) -> None:
     async with mysql_database("first") as db:
         pool = await mysql_pool(db, 1)
         try:
             store = await steerable_mysql(pool)
             await store.check_schema()
-            times: dict[str, list[float]] = {kind: [] for kind in _KINDS}
-            statements: dict[str, int] = {}
-            for round in range(rounds):
-                order = _KINDS[round % 3 :] + _KINDS[: round % 3]
-                for kind in order:
-                    session = f"bench-{new_id()}"
-                    await store.enqueue(session, Input("send", "go"))
-                    for _ in range(steers):
-                        await store.enqueue(session, Input("steer", "and"))
-                    before = await _questions(pool)
-                    started = time.perf_counter()
-                    await _one(store, kind, session)
-                    times[kind].append(time.perf_counter() - started)
-                    statements[kind] = await _questions(pool) - before - 1
-            alone = statistics.median(times[_KINDS[0]])
-            for kind in _KINDS:
-                median = statistics.median(times[kind])
-                print(
-                    f"steers {steers}  {kind:18s} {median * 1e3:6.2f} ms"
-                    f"  {median / alone:4.2f}x  statements {statements[kind]}"
-                )
+            # the statements: less the count's own SHOW
+            lines = await run_rounds(store, rounds, steers, lambda: _questions(pool), overhead=1)
+            print("\n".join(lines))
         finally:
             await close_mysql_pool(pool)
 

@@ -17,18 +17,18 @@ from steerable.models.base import ModelRequest
 from steerable.service import Service
 from steerable.service.agent import Turn
 from steerable.service.demo import demo_agent
-from steerable.service_store import Claim, Known, Lease, Outcome
+from steerable.service_store import Claim, Known, Outcome
 from steerable.stores.memory import MemoryStore
+from tests.service.test_store_calls import Counted
 
 
-class _Counted(MemoryStore):
-    """Counts the claims asked for a first step, those that made one, and the steps."""
+class _Counted(Counted):
+    """Counts the claims asked for a first step (``firsts``), those that made one, and the
+    steps."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.asked = 0
         self.made = 0
-        self.steps = 0
 
     async def claim(
         self,
@@ -40,24 +40,11 @@ class _Counted(MemoryStore):
         known: Mapping[str, Known] | None = None,
         first: bool = False,
     ) -> Claim | None:
-        self.asked += first
         claim = await super().claim(
             holder, seconds=seconds, cap=cap, session=session, known=known, first=first
         )
         self.made += claim is not None and claim.taken is not None
         return claim
-
-    async def step(
-        self,
-        lease: Lease,
-        messages: Sequence[Message],
-        *,
-        at: int,
-        take: int,
-        final: bool = False,
-    ) -> list[Message]:
-        self.steps += 1
-        return await super().step(lease, messages, at=at, take=take, final=final)
 
 
 class _Waits:
@@ -94,7 +81,7 @@ async def test_a_steer_waiting_for_a_turn_is_taken_by_its_claim_and_seen_at_once
     async with service.serving():
         done = await service.wait("s", sent.id, seconds=20)
     assert done is not None and done.state == "completed"
-    assert store.asked >= 1 and store.made == 1
+    assert store.firsts >= 1 and store.made == 1
     assert store.steps == 1, "the claim made the prompt's step: only the tool's is a step call"
     first = [m.text for m in requests[0].messages]
     assert first == ["go", "in Celsius"], "the model's first request saw the steer"
@@ -129,7 +116,7 @@ async def test_an_agent_that_does_not_say_so_gets_no_first_step_with_its_claim()
         sent = await service.send("s", "go")
         done = await service.wait("s", sent.id, seconds=20)
     assert done is not None and done.state == "completed"
-    assert (store.asked, store.made, store.steps) == (0, 0, 2)
+    assert (store.firsts, store.made, store.steps) == (0, 0, 2)
 
 
 class _OldClaim(MemoryStore):
