@@ -189,10 +189,7 @@ class FencedStore:
             self._behind()
         stored = self.stored
         self.stored = None if stored is None else [*stored, ahead.prompt, *ahead.taken]
-        if self._written is not None:
-            self._written(self._session)
-        if ahead.taken and (self._observers or telemetry.recording()):
-            await self._observe(ahead.taken)
+        await self._stepped(ahead.taken)
         return list(ahead.taken)
 
     def _behind(self) -> None:
@@ -235,11 +232,16 @@ class FencedStore:
             self.stored = [*stored, *messages, *taken]
         self._cell.steps += counts_as_step(messages, take, final=final)
         self._cell.taken += len(taken)
+        await self._stepped(taken)
+        return taken
+
+    async def _stepped(self, taken: list[Message]) -> None:
+        """Tell of a step stored (by a call, or by the claim): the ``written`` callback, and
+        the observers of the steers it took."""
         if self._written is not None:
             self._written(self._session)
         if taken and (self._observers or telemetry.recording()):
             await self._observe(taken)
-        return taken
 
     async def _observe(self, taken: list[Message]) -> None:
         """Read the taken steers' inputs (their arrival and trace context) for the observers

@@ -483,13 +483,13 @@ class Replica:
         ``first`` time, a first step the claim made is the agent's to make, as it sees it
         (its first save is answered from the claim)."""
         ahead = None
+        prompt = claim.prompt.message(steered=False)
         before = claim.steers_taken - len(claim.taken or ())  # taken before the claim's step
         if first and claim.taken is not None:
-            prompt = claim.prompt.message(steered=False)
             ahead, taken = First(claim.start, prompt, claim.taken), before
         messages = list(stored)
         if claim.prompt.id not in {m.id for m in messages[claim.start :]}:
-            messages.append(claim.prompt.message(steered=False))
+            messages.append(prompt)
         fenced = FencedStore(
             self.store,
             self.service,
