@@ -224,6 +224,15 @@ FROM (SELECT) AS one LEFT JOIN held ON true LEFT JOIN turn ON true LEFT JOIN ski
     LEFT JOIN steerable_inputs i ON i.session = held.session AND i.id = turn.id
 """
 
+_CLAIMS = {
+    (named, first): _CLAIM.format(
+        locked=_CLAIM_ONE if named else _CLAIM_ANY, **(FIRST if first else NO_FIRST)
+    )
+    for named in (False, True)
+    for first in (False, True)
+}
+"""The claim statements, by (a session named, the first step made), formatted once."""
+
 # The running turn of a lease that still holds the session: $2 epoch, $3 holder.
 _HELD = """held AS (
     SELECT fresh.session, fresh.events, t.id, t.cap, t.steps, t.steers_taken, t.stop_requested
@@ -518,11 +527,9 @@ class PostgresServiceTables(PostgresServiceViews, PostgresCancel, PostgresHints)
             [k.length for _, k in held],
             [k.mark for _, k in held],
         )
-        slots = FIRST if first else NO_FIRST
-        if session is None:
-            query = _CLAIM.format(locked=_CLAIM_ANY, **slots)
-        else:
-            query, args = _CLAIM.format(locked=_CLAIM_ONE, **slots), (*args, session)
+        query = _CLAIMS[session is not None, first]
+        if session is not None:
+            args = (*args, session)
         row = await self._claimed(query, args)
         if row["session"] is None:
             return None
