@@ -15,7 +15,8 @@ import pytest
 
 from steerable.messages import new_id
 from steerable.stores.postgres import PostgresStore, migrate
-from tests.stores.postgres.support import DATABASE, DSN, REQUIRED, create_pool
+from tests.stores.postgres.support import DATABASE, DSN, REQUIRED, create_pool, server_address
+from tests.stores.postgres.wire import Wire
 
 
 async def _create() -> None:
@@ -82,3 +83,14 @@ async def empty_schema(pool: Any, database: str) -> AsyncIterator[Any]:
     finally:
         await scratch.close()
         await pool.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture
+async def wire() -> AsyncIterator[Wire]:
+    """A relay to the server that counts the messages clients send."""
+    wire = Wire(*server_address())
+    await wire.restore()
+    try:
+        yield wire
+    finally:
+        await wire.cut()

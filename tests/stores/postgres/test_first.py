@@ -7,36 +7,18 @@ run again rather than fail."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from steerable import codec
 from steerable.messages import new_id, user
 from steerable.service_store import Claim, Input
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import create_pool, server_address
-from tests.stores.postgres.wire import Wire
+from tests.stores.postgres.support import create_pool
+from tests.stores.postgres.wire import Wire, no_reset
 
 
 def _sid() -> str:
     return f"pg-first-{new_id()}"
-
-
-async def _no_reset(connection: Any) -> None:
-    """A pool reset that sends nothing: the store leaves no session state behind."""
-
-
-@pytest.fixture
-async def wire() -> AsyncIterator[Wire]:
-    """A relay to the server that counts the messages clients send."""
-    wire = Wire(*server_address())
-    await wire.restore()
-    try:
-        yield wire
-    finally:
-        await wire.cut()
 
 
 async def _claim(store: PostgresStore, sid: str) -> Claim:
@@ -48,7 +30,7 @@ async def _claim(store: PostgresStore, sid: str) -> Claim:
 async def test_a_first_claim_is_one_round_trip(wire: Wire, database: str) -> None:
     """The step rides in the claim's statement: one trip, with or without a steer taken."""
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)

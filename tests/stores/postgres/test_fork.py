@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,8 +18,8 @@ from steerable.errors import MessageNotFound, SessionExists
 from steerable.messages import Message, assistant, new_id, user
 from steerable.service_store import Claim, Input, Outcome
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import DSN, create_pool, open_store, server_address
-from tests.stores.postgres.wire import Wire
+from tests.stores.postgres.support import DSN, create_pool, open_store
+from tests.stores.postgres.wire import Wire, no_reset
 
 _WAITING = (
     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
@@ -40,10 +39,6 @@ def _conversation(n: int) -> list[Message]:
     return [user(f"m{i}") if i % 2 == 0 else assistant(f"a{i}") for i in range(n)]
 
 
-async def _no_reset(connection: Any) -> None:
-    """A pool reset that sends nothing: the store leaves no session state behind."""
-
-
 async def _until_waiting(pool: Any, count: int, *tasks: asyncio.Task[Any]) -> None:
     """Until ``count`` backends wait on a lock someone holds, or one of ``tasks`` is done."""
     for _ in range(2000):
@@ -53,20 +48,9 @@ async def _until_waiting(pool: Any, count: int, *tasks: asyncio.Task[Any]) -> No
     raise AssertionError(f"{count} statements never waited on a lock")
 
 
-@pytest.fixture
-async def wire() -> AsyncIterator[Wire]:
-    """A relay to the server that counts the messages clients send."""
-    wire = Wire(*server_address())
-    await wire.restore()
-    try:
-        yield wire
-    finally:
-        await wire.cut()
-
-
 async def test_a_fork_is_four_round_trips_whatever_the_length(wire: Wire, database: str) -> None:
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
-import pytest
 
 from steerable.errors import StoreUnavailable
 from steerable.messages import new_id, user
@@ -22,21 +21,10 @@ from steerable.stores.postgres import PostgresStore, mark_for_reset, migrate, re
 from steerable.stores.postgres._live import PostgresLive
 from steerable.stores.postgres._migrate import _KEY
 from steerable.stores.url import open_url
-from tests.stores.postgres.support import DSN, create_pool, fresh_database, server_address
+from tests.stores.postgres.support import DSN, create_pool, fresh_database
 from tests.stores.postgres.wire import Wire
 
 _SETTING = "SELECT current_setting('work_mem')"
-
-
-@pytest.fixture
-async def wire() -> AsyncIterator[Wire]:
-    """A relay to the server that counts the messages clients send."""
-    wire = Wire(*server_address())
-    await wire.restore()
-    try:
-        yield wire
-    finally:
-        await wire.cut()
 
 
 @contextlib.asynccontextmanager

@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from steerable.messages import assistant, new_id, user
 from steerable.store import Steer
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import DSN, create_pool, server_address
-from tests.stores.postgres.wire import Wire
-
-
-async def _no_reset(connection: Any) -> None:
-    """A pool reset that sends nothing: the store leaves no session state behind."""
-
-
-@pytest.fixture
-async def wire() -> AsyncIterator[Wire]:
-    """A relay to the server that counts the messages clients send."""
-    wire = Wire(*server_address())
-    await wire.restore()
-    try:
-        yield wire
-    finally:
-        await wire.cut()
+from tests.stores.postgres.support import DSN, create_pool
+from tests.stores.postgres.wire import Wire, no_reset
 
 
 async def _prepared(store: PostgresStore) -> str:
@@ -44,7 +26,7 @@ async def test_a_save_and_take_is_one_round_trip_unless_a_steer_waits(
 ) -> None:
     # the statement that appends unless a steer waits, then (only then) the one that takes
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)
@@ -66,7 +48,7 @@ async def test_a_save_and_take_is_one_round_trip_unless_a_steer_waits(
 async def test_a_save_taking_nothing_is_one_round_trip(wire: Wire, database: str) -> None:
     # with `take=0` a waiting steer is not taken, and not looked for: it waits on
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)

@@ -6,7 +6,6 @@ claim reads the index of the sessions with work."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,29 +21,14 @@ from steerable.errors import (
 from steerable.messages import assistant, new_id, user
 from steerable.service_store import Input, Lease, Outcome
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import create_pool, server_address
-from tests.stores.postgres.wire import Wire
+from tests.stores.postgres.support import create_pool
+from tests.stores.postgres.wire import Wire, no_reset
 
 _TABLES = ("steerable_sessions", "steerable_inputs", "steerable_turns", "steerable_events")
 
 
 def _sid() -> str:
     return f"pg-service-{new_id()}"
-
-
-async def _no_reset(connection: Any) -> None:
-    """A pool reset that sends nothing: the store leaves no session state behind."""
-
-
-@pytest.fixture
-async def wire() -> AsyncIterator[Wire]:
-    """A relay to the server that counts the messages clients send."""
-    wire = Wire(*server_address())
-    await wire.restore()
-    try:
-        yield wire
-    finally:
-        await wire.cut()
 
 
 async def _rows(pool: Any, sid: str) -> dict[str, list[Any]]:
@@ -71,7 +55,7 @@ async def _until_waiting_on_a_lock(pool: Any) -> None:
 
 async def test_every_verb_is_one_round_trip(wire: Wire, database: str) -> None:
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)
@@ -114,7 +98,7 @@ async def test_the_queue_s_verbs_are_one_round_trip_each(wire: Wire, database: s
     # the verbs of the queue's contract: conditions, refusals, cancel, the stop poll, the
     # bounded and paged views and the session's metadata, each one statement
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)
@@ -330,7 +314,7 @@ async def test_a_second_pool_sees_the_same_answers(database: str, store: Postgre
 async def test_renew_many_is_one_round_trip_and_no_lease_is_none(wire: Wire, database: str) -> None:
     """Twenty leases, one of them stale, renew in one trip; ``[]`` reaches nothing."""
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)
@@ -358,7 +342,7 @@ async def test_an_end_with_its_last_save_is_one_round_trip(wire: Wire, database:
     """The answer saved and the turn ended in one trip, where a step then an end were two;
     refused (a wrong position), it is one trip too, and ends nothing."""
     pool = await create_pool(
-        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=_no_reset
+        database, host="127.0.0.1", port=wire.port, min_size=1, max_size=1, reset=no_reset
     )
     try:
         store = PostgresStore(pool)

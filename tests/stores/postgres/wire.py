@@ -88,3 +88,7 @@ def _closing(writer: asyncio.StreamWriter) -> Iterator[None]:
         yield
     finally:
         writer.close()  # after what is buffered: a Terminate still reaches the server
+
+
+async def no_reset(connection: object) -> None:
+    """A pool reset that sends nothing: the store leaves no session state behind."""
