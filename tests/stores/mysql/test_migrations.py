@@ -167,12 +167,16 @@ async def test_step_6_gives_each_service_row_of_before_its_own_mark(
     assert sorted(name for (name,) in procedures) == _PROCEDURES
 
 
-async def _call_save_v1(pool: Any, session: str, at: int, take: int, texts: list[str]) -> Any:
-    """What a steerable of schema 6 runs for a save: ``steerable_save_v1``, every answer read."""
+async def _call_save(
+    pool: Any, version: int, session: str, at: int, take: int, texts: list[str]
+) -> Any:
+    """What a steerable of an older schema runs for a save: ``steerable_save_v{version}`` (1:
+    schema 6's, 2: schema 7's), every answer read."""
     messages = [user(text, id=f"{session}-{at + n}") for n, text in enumerate(texts)]
     batch = json.dumps([[m.id, codec.encode(m)] for m in messages])
     async with pool.acquire() as conn, conn.cursor() as cur:
-        await cur.execute("CALL steerable_save_v1(%s, %s, %s, %s)", (session, at, take, batch))
+        call = f"CALL steerable_save_v{version}(%s, %s, %s, %s)"
+        await cur.execute(call, (session, at, take, batch))
         rows = await cur.fetchall()
         while await cur.nextset():
             pass
@@ -189,7 +193,7 @@ async def test_step_7_leaves_the_procedures_a_running_steerable_of_before_calls(
         warnings.simplefilter("ignore")
         assert await migrate(empty) == [1, 2, 3, 4, 5, 6]
         monkeypatch.undo()
-        assert await _call_save_v1(empty, "s", 0, 16, ["one"]) == ()
+        assert await _call_save(empty, 1, "s", 0, 16, ["one"]) == ()
         for statement in MIGRATIONS[6].steps[:2]:
             await _query(empty, statement)
         assert await migrate(empty) == [7, 8]
@@ -202,9 +206,9 @@ async def test_step_7_leaves_the_procedures_a_running_steerable_of_before_calls(
     store = MySQLStore(empty)
     # the old save still answers its steers (and an empty result set when it took none)
     await store.steer("s", Steer("early", "e1"))
-    [(id, _)] = await _call_save_v1(empty, "s", 1, 16, ["two"])
+    [(id, _)] = await _call_save(empty, 1, "s", 1, 16, ["two"])
     assert id == b"e1"
-    assert await _call_save_v1(empty, "s", 3, 16, ["three"]) == ()
+    assert await _call_save(empty, 1, "s", 3, 16, ["three"]) == ()
     # the new one, beside it, on the same transcript
     assert await store.save("s", [user("four", id="s-4")], at=4, take=16) == []
     await store.steer("s", Steer("late", "l1"))
@@ -212,18 +216,6 @@ async def test_step_7_leaves_the_procedures_a_running_steerable_of_before_calls(
     assert [(m.id, m.text) for m in taken] == [("l1", "late")]
     texts = [m.text for m in await store.messages("s")]
     assert texts == ["one", "two", "early", "three", "four", "five", "late"]
-
-
-async def _call_save_v2(pool: Any, session: str, at: int, take: int, texts: list[str]) -> Any:
-    """What a steerable of schema 7 runs for a save: ``steerable_save_v2``, every answer read."""
-    messages = [user(text, id=f"{session}-{at + n}") for n, text in enumerate(texts)]
-    batch = json.dumps([[m.id, codec.encode(m)] for m in messages])
-    async with pool.acquire() as conn, conn.cursor() as cur:
-        await cur.execute("CALL steerable_save_v2(%s, %s, %s, %s)", (session, at, take, batch))
-        rows = await cur.fetchall()
-        while await cur.nextset():
-            pass
-        return rows
 
 
 async def _old_steer(pool: Any, session: str, id: str, text: str) -> None:
@@ -248,11 +240,11 @@ async def test_step_8_marks_the_sessions_of_before_so_no_waiting_steer_is_skippe
         warnings.simplefilter("ignore")
         assert await migrate(empty) == [1, 2, 3, 4, 5, 6, 7]
         monkeypatch.undo()
-        assert not await _call_save_v2(empty, "a", 0, 16, ["a0"])  # v2 answers no rows
+        assert not await _call_save(empty, 2, "a", 0, 16, ["a0"])  # v2 answers no rows
         await _old_steer(empty, "a", "sa", "for a")
         await _old_steer(empty, "b", "sb", "for b")
         await _old_steer(empty, "c", "sc", "for c")
-        [(taken, _)] = await _call_save_v2(empty, "c", 0, 16, ["c0"])
+        [(taken, _)] = await _call_save(empty, 2, "c", 0, 16, ["c0"])
         assert taken == b"sc"
         for statement in MIGRATIONS[7].steps[:3]:
             await _query(empty, statement)
@@ -283,7 +275,7 @@ async def test_step_8_marks_the_sessions_of_before_so_no_waiting_steer_is_skippe
     await _old_steer(empty, "a", "sa2", "old steer")
     assert [m.id for m in await store.save("a", [user("a4")], at=4, take=16)] == ["sa2"]
     await store.steer("a", Steer("new steer", "sa3"))
-    [(taken, _)] = await _call_save_v2(empty, "a", 6, 16, ["a6"])
+    [(taken, _)] = await _call_save(empty, 2, "a", 6, 16, ["a6"])
     assert taken == b"sa3"
     assert await store.save("a", [user("a8")], at=8, take=16) == []
     texts = [m.text for m in await store.messages("a")]
