@@ -104,3 +104,17 @@ def url_of(database: str) -> str:
     """The store URL (``steerable.stores.url``) of ``database`` on the test server."""
     parts = urlsplit(DSN)
     return urlunsplit((parts.scheme, parts.netloc, f"/{database}", "", ""))
+
+
+async def until_waiting_on_a_lock(pool: Any, what: str) -> None:
+    """Return once a connection of this database waits on a lock another holds (``what``
+    names the waiter in the failure, after about 10 s)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
+    )
+    for _ in range(2000):
+        if await pool.fetchval(query) >= 1:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"{what} never waited on a lock")

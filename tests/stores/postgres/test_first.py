@@ -13,7 +13,7 @@ from steerable import codec
 from steerable.messages import new_id, user
 from steerable.service_store import Claim, Input
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import create_pool
+from tests.stores.postgres.support import create_pool, until_waiting_on_a_lock
 from tests.stores.postgres.wire import Wire, no_reset
 
 
@@ -131,7 +131,7 @@ async def test_a_message_saved_after_the_claim_s_snapshot_makes_it_run_again(
             codec.encode(before),
         )
         claiming = asyncio.create_task(_claim(store, sid))
-        await _until_waiting_on_a_lock(pool)
+        await until_waiting_on_a_lock(pool, "the claim")
         await save.commit()
         claim = await claiming
     assert (claim.start, [m.id for m in claim.messages]) == (1, [before.id])
@@ -139,15 +139,3 @@ async def test_a_message_saved_after_the_claim_s_snapshot_makes_it_run_again(
     assert [m.id for m in await store.messages(sid)] == [before.id, "t", "s"]
     events = await store.events(sid, after=0, limit=100)
     assert [e.id for e in events] == list(range(1, len(events) + 1))
-
-
-async def _until_waiting_on_a_lock(pool: Any) -> None:
-    query = (
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
-    )
-    for _ in range(2000):
-        if await pool.fetchval(query) >= 1:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the claim never waited on the key")

@@ -21,7 +21,7 @@ from steerable.errors import (
 from steerable.messages import assistant, new_id, user
 from steerable.service_store import Input, Lease, Outcome
 from steerable.stores.postgres import PostgresStore
-from tests.stores.postgres.support import create_pool
+from tests.stores.postgres.support import create_pool, until_waiting_on_a_lock
 from tests.stores.postgres.wire import Wire, no_reset
 
 _TABLES = ("steerable_sessions", "steerable_inputs", "steerable_turns", "steerable_events")
@@ -39,18 +39,6 @@ async def _rows(pool: Any, sid: str) -> dict[str, list[Any]]:
             f"SELECT t::text FROM {table} t WHERE session = $1 ORDER BY t::text", sid
         )
     return rows
-
-
-async def _until_waiting_on_a_lock(pool: Any) -> None:
-    query = (
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND cardinality(pg_blocking_pids(pid)) > 0 AND datname = current_database()"
-    )
-    for _ in range(2000):
-        if await pool.fetchval(query) >= 1:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the statement never waited on the session's lock")
 
 
 async def test_every_verb_is_one_round_trip(wire: Wire, database: str) -> None:
@@ -167,7 +155,7 @@ async def test_a_step_that_waited_on_the_lock_takes_the_steer_committed_meanwhil
         step = asyncio.create_task(
             store.step(claim.lease, [claim.prompt.message(steered=False)], at=0, take=16)
         )
-        await _until_waiting_on_a_lock(pool)
+        await until_waiting_on_a_lock(pool, "the statement")
         await enqueue.commit()
         taken = await step
     assert [m.id for m in taken] == ["s"]
@@ -187,7 +175,7 @@ async def test_a_claim_that_waited_on_the_lock_finds_the_lease_its_winner_took(
         won = await PostgresStore(other).claim("a", seconds=60, cap=16, session=sid)
         assert won is not None
         loser = asyncio.create_task(store.claim("b", seconds=60, cap=16, session=sid))
-        await _until_waiting_on_a_lock(pool)
+        await until_waiting_on_a_lock(pool, "the statement")
         await winner.commit()
         assert await loser is None
     status = await store.status(sid)
