@@ -42,6 +42,18 @@ def _ids(messages: list[Message] | None) -> list[str] | None:
     return None if messages is None else [m.id for m in messages]
 
 
+async def _made_no_step(store: Both, sid: str, claim: Claim) -> None:
+    """``claim`` of ``sid`` (a prompt and the steer ``s`` offered to it) made no step: nothing
+    stored, nothing taken, none counted; the turn's own first save stores the prompt and
+    takes the steer."""
+    assert claim.taken is None and (claim.steps, claim.steers_taken) == (0, 0)
+    assert await store.messages(sid) == []
+    waiting = await store.input(sid, "s")
+    assert waiting is not None and waiting.state == "waiting"
+    message = claim.prompt.message(steered=False)
+    assert _ids(await store.step(claim.lease, [message], at=0, take=16)) == ["s"]
+
+
 @_case
 async def a_first_claim_stores_the_prompt_and_takes_the_steers_offered(store: Both) -> None:
     """The prompt's message at the start, the steers offered to the turn after it (steered,
@@ -160,13 +172,8 @@ async def a_takeover_of_a_turn_that_stored_nothing_makes_no_step(store: Both) ->
     assert gone is not None and gone.taken is None
     await asyncio.sleep(WAIT)
     again = await _claim(store, sid, holder="b")
-    assert again.resumed and again.taken is None
-    assert (again.steps, again.steers_taken) == (0, 0)
-    assert await store.messages(sid) == []
-    waiting = await store.input(sid, "s")
-    assert waiting is not None and waiting.state == "waiting"
-    message = again.prompt.message(steered=False)
-    assert _ids(await store.step(again.lease, [message], at=0, take=16)) == ["s"]
+    assert again.resumed
+    await _made_no_step(store, sid, again)
 
 
 @_case
@@ -176,11 +183,8 @@ async def a_claim_without_first_makes_no_step(store: Both) -> None:
     await store.enqueue(sid, Input("send", "go", "t"))
     await store.enqueue(sid, Input("steer", "one", "s"))
     claim = await store.claim("a", seconds=LONG, cap=16, session=sid)
-    assert claim is not None and claim.taken is None
-    assert (claim.steps, claim.steers_taken) == (0, 0)
-    assert await store.messages(sid) == []
-    message = claim.prompt.message(steered=False)
-    assert _ids(await store.step(claim.lease, [message], at=0, take=16)) == ["s"]
+    assert claim is not None
+    await _made_no_step(store, sid, claim)
 
 
 @_case
